@@ -106,3 +106,33 @@ def test_a_real_short_run_with_a_saturated_reward(tiny_model_dir, tmp_path: Path
     assert not [e for e in run.events if str(e.get("message", "")).startswith("Converged")]
     assert main(["doctor", str(tmp_path / "run"), "--fail-on", "warning"]) == 1
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 12
+
+
+def k_of_8(k: int) -> list[list[float | None]]:
+    """Every group: k completions 1.0, the others 0.0 (mean reward k / 8, no group solved unless k = 8)."""
+    return [[1.0] * k + [0.0] * (G - k) for _ in range(P)]
+
+
+def test_a_run_that_learned_fast_is_not_named_pinned(tmp_path: Path) -> None:
+    # 100 steps: mean reward 2/8 = 0.25, 5/8 = 0.625, 7/8 = 0.875 at steps 1-3, then every completion 1 (levels
+    # the same, range 0-1). Pinned at 1 in 97 of 100 steps (97% >= 90%). Steps 1-10 (window 10): mean level
+    # (0.25 + 0.625 + 0.875 + 7) / 10 = 0.875 >= 0.85, so the mean rule named it "pinned at 1 from the first
+    # steps" (error). Every early step, the lowest set aside: the second lowest is 0.625 < 0.85: it learned.
+    rows = [trainer_row(s, k_of_8({1: 2, 2: 5, 3: 7}.get(s, 8))) for s in range(1, 101)]
+    path = write_run(tmp_path / "run", rows)
+    assert "reward_constant" not in [f.code for f in diagnose(load_run(path))]
+    # the live monitor: its groups without signal are solved (converged, info), never waste (a warning)
+    assert ("warning", "zero_std_groups") not in [(lvl, m) for _, lvl, m in live_events(rows)]
+
+
+def test_one_outlier_step_among_the_first_does_not_hide_a_pinned_reward(tmp_path: Path) -> None:
+    # as above but with one bad batch: step 5 at 4/8 = 0.5 (no group solved), every other step all 1. Pinned
+    # at 1 in 99 of 100 steps; steps 1-10: nine levels 1 and one 0.5; the lowest set aside (one in 10), the
+    # floor is 1 >= 0.85: from the start. The min rule alone would have called it learned.
+    rows = [trainer_row(s, k_of_8(4 if s == 5 else 8)) for s in range(1, 101)]
+    found = diagnose(load_run(write_run(tmp_path / "run", rows)))
+    assert [f.code for f in found] == ["reward_constant"] and found[0].evidence.startswith("in 99 of 100 steps")
+    assert live_events(rows) and ("info", "zero_std_groups") not in [(lvl, m) for _, lvl, m in live_events(rows)]
+    # two bad batches among the first 10 (steps 2 and 5, 0.5): the floor is 0.5, the run counts as learned
+    rows = [trainer_row(s, k_of_8(4 if s in (2, 5) else 8)) for s in range(1, 101)]
+    assert "reward_constant" not in [f.code for f in diagnose(load_run(write_run(tmp_path / "two", rows)))]

@@ -203,13 +203,34 @@ def test_watch_stops_on_a_run_whose_process_died(tmp_path: Path) -> None:
     out, sleeps = tmp_path / "live.html", []
     watch([run], out, interval_s=3, max_updates=5, sleep=sleeps.append)
     html = out.read_text()
-    assert sleeps == [] and _data(html)["live"] is None and _data(html)["runs"][0]["state"] == "died"
+    assert sleeps == [] and _data(html)["live"] is None
     assert "12 (died without a record)" in html and "run_killed" in html  # the doctor's finding at the top
     # a run that stopped with an error has ended too (it was "in progress" forever as well)
     (run / "run.lock").unlink()
     (run / "summary.json").write_text('{"eval_before": {}, "failed": {"step": 12, "error": "RewardError: x"}}')
     watch([run], out, interval_s=3, max_updates=5, sleep=sleeps.append)
     assert sleeps == [] and "(stopped by an error)" in out.read_text()
+
+
+def test_each_rewrite_judges_each_run_once_and_sends_the_page_only_what_it_reads(tmp_path: Path, monkeypatch) -> None:
+    """The headline, the doctor (its notes and run_killed), the payload's live setting and watch's stop each
+    asked run_status again (reading run.lock and summary.json each time: 6 looks a rewrite, which could
+    disagree while the run ends); now `Run.status` is judged once per read. The payload's "state" and
+    "finished" were read by no line of report.js: gone."""
+    from grpokit.record import report_data
+
+    calls = []
+    real = report_data.run_status
+    monkeypatch.setattr(report_data, "run_status", lambda *a: calls.append(a[0]) or real(*a))
+    run = make_run_dir(tmp_path / "run", steps=12, finished=False)
+    (run / "summary.json").write_text('{"eval_before": {"accuracy": 0.2}}')
+    write_lock(run)  # this process: alive, in progress
+    sleeps: list[float] = []
+    html = watch([run], tmp_path / "live.html", interval_s=3, max_updates=3, sleep=sleeps.append).read_text()
+    assert calls == [run] * 3 and sleeps == [3, 3]  # one verdict per rewrite
+    assert set(_data(html)["runs"][0]) == {"name", "steps", "heldout", "series", "samples"}
+    script = (Path(report_data.__file__).parent / "assets" / "report.js").read_text()
+    assert re.findall(r"\b(?:run|r|DATA\.runs\[\w+\])\.(?:state|finished)\b", script) == []
 
 
 def test_a_1000_step_report_stays_small(tmp_path: Path) -> None:

@@ -40,11 +40,13 @@ def test_each_state(tmp_path: Path) -> None:
     assert run_status(run, STARTED).state == "died"
     assert run_status(run, {}).state == "died"  # killed before summary.json was written: the lock says it
     assert run_status(run, {"steps": 3}).state == "finished"  # killed after its end was written: finished
-    # another host: a fresh heartbeat is a live holder; one untouched for 600 s (> STALE_S, 60) a dead one
+    # another host, read once: running, its heartbeat's age by this machine's clock said but not judged (the
+    # filesystem's clock, the server's on NFS, may be minutes off this one's); before, 600 s read "died"
     write_lock(run, host="elsewhere", boot_id="other-boot", age_s=5)
     assert run_status(run, STARTED).state == "running"
     write_lock(run, host="elsewhere", boot_id="other-boot", age_s=600)
-    assert run_status(run, STARTED).why.endswith("on another host or boot, whose heartbeat stopped 600 s ago")
+    status = run_status(run, STARTED)
+    assert status.state == "running" and "on another host or boot, with a heartbeat 600 s old by this" in status.why
     (run / "run.lock").write_text("")  # a holder still writing its name: in progress
     assert run_status(run, STARTED).state == "running"
     (run / "run.lock").unlink()  # no holder while summary.json (the trainer's, written under the lock) has no end
@@ -98,3 +100,46 @@ def test_a_real_run_killed_with_sigkill(tiny_model_dir, tmp_path: Path) -> None:
     assert diag.findings[0].code == "run_killed" and f"pid {proc.pid} on host" in diag.findings[0].evidence
     assert main(["doctor", str(run), "--fail-on", "warning"]) == 1
     assert "(died without a record)" in render_report(run)
+
+
+class Clock:
+    """A monotonic clock that `sleep` moves (report.watch's `clock` and `sleep`)."""
+
+    def __init__(self, run: Path | None = None):
+        self.now, self.run, self.sleeps = 0.0, run, []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+        self.sleeps.append(s)
+        if self.run is not None:  # a live holder: its heartbeat moves (by its own, skewed clock: 600 s behind)
+            t = os.stat(self.run / "run.lock").st_mtime + 10
+            os.utime(self.run / "run.lock", (t, t))
+
+
+def test_another_hosts_run_is_judged_by_its_heartbeat_moving_not_by_the_clocks(tmp_path: Path) -> None:
+    """`report --watch` on a run whose lock is another host's: its time compared with this machine's clock said
+    "died" for a live holder whose filesystem clock is 600 s behind. Now the lock is looked at on every rewrite
+    and judged dead only when its time did not move for STALE_S (60) s of the watcher's own monotonic clock."""
+    from grpokit.record.report import watch
+
+    run = write_run(tmp_path / "run", healthy_rows(5))
+    (run / "summary.json").write_text(json.dumps(STARTED))
+    write_lock(run, host="elsewhere", boot_id="other-boot", age_s=600)  # 600 s old by this clock, but alive
+    clock = Clock(run)
+    watch([run], tmp_path / "r.html", interval_s=5, max_updates=20, sleep=clock.sleep, clock=clock)
+    assert len(clock.sleeps) == 19  # 20 rewrites over 95 s, never ended: the heartbeat moved at each look
+    assert "(in progress)" in (tmp_path / "r.html").read_text()
+    # the same lock, not touched any more: looked at 0, 5, ... s; unmoved for 65 s (> 60) at the 14th look
+    clock = Clock()
+    watch([run], tmp_path / "r.html", interval_s=5, max_updates=50, sleep=clock.sleep, clock=clock)
+    assert clock.sleeps == [5] * 13
+    page = (tmp_path / "r.html").read_text()
+    assert "(died without a record)" in page and "whose heartbeat did not move for 65 s" in page
+    # one look (the doctor): running, with what it cannot tell said in its note
+    diag = examine(load_run(run))
+    assert diag.findings == []
+    said = format_findings(diag, "run")  # its time is now 600 - 19 * 10 = 410 s behind this machine's
+    assert "the run has not finished (run.lock names pid " in said and "with a heartbeat 41" in said

@@ -137,3 +137,44 @@ def test_the_model_a_run_was_trained_with_is_kept_at_resume(tmp_path):
             "resumed run would train something else: "
         ), e.value
         assert f"; resume with model.{field}={was!r}" in str(e.value)
+
+
+@pytest.mark.parametrize("where", ["final save", "on_train_begin"])
+def test_an_error_in_the_final_save_or_at_the_start_is_recorded_as_failed(tiny_model_dir, tmp_path, handlers, where):
+    """A disk that fills on the last checkpoint of a stopped run (_finish_summary), or a callback's
+    ``on_train_begin`` that raises, ran outside the try that writes ``failed``: summary.json kept no end, the
+    lock was released, and the doctor read a process killed without a record (run_killed). Now each is the
+    failure it was (run_failed), after the steps it recorded (1, and 0)."""
+    from grpokit.record.doctor import examine
+
+    run = tmp_path / "run"
+    cfg = tiny_cfg(tiny_model_dir, run, **{"train.steps": 2, "train.save_every": 100})
+    cfg.data.dataset = ""
+
+    class Callback:
+        def on_train_begin(self, args, state, control, **kw):
+            if where == "on_train_begin":
+                raise RuntimeError("callback broke")
+
+        def on_step_end(self, args, state, control, **kw):
+            if where == "final save":
+                os.kill(os.getpid(), signal.SIGTERM)  # stopped after step 1: _finish_summary saves it
+
+    trainer = Trainer(
+        cfg, reward_funcs=[likes_a], train_rows=ROWS, eval_rows=ROWS[:2], quiet=True, callbacks=[Callback()]
+    )
+
+    def save(*a, **kw):
+        raise OSError(28, "No space left on device")
+
+    trainer.save = save
+    with pytest.raises(OSError if where == "final save" else RuntimeError):
+        trainer.train()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["failed"] == (
+        {"step": 1, "error": "OSError: [Errno 28] No space left on device"}
+        if where == "final save"
+        else {"step": 0, "error": "RuntimeError: callback broke"}
+    )
+    codes = [f.code for f in examine(load_run(run)).findings]
+    assert "run_failed" in codes and "run_killed" not in codes

@@ -42,7 +42,6 @@ from .learning_checks import (
 )
 from .report_data import Run
 from .run_series import heldout_series, last_step
-from .run_status import run_status
 from .signal_checks import (
     check_clip_asymmetry,
     check_constant_component,
@@ -198,7 +197,8 @@ def run_notes(run: Run) -> list[Note]:
     """How the run ended and what could not be checked: a doctor silent for want of data must say so."""
     notes = []
     n = len(run.metrics)
-    state = run_status(run.path, run.summary).state  # failed or died: a finding (run_failed, run_killed)
+    status = run.status  # failed or died: a finding (run_failed, run_killed)
+    state = status.state
     if state == "stopped":
         sig = run.summary.get("stop_signal", "a signal")
         notes.append(
@@ -208,7 +208,8 @@ def run_notes(run: Run) -> list[Note]:
         notes.append(
             Note(
                 "in_progress",
-                f"the run has not finished (a live process holds run.lock; summary.json has no steps): read at step "
+                f"the run has not finished ({status.why or 'a live process holds run.lock'}; summary.json has no "
+                f"steps): read at step "
                 f"{last_step(run)}",
             )
         )

@@ -101,9 +101,11 @@ class DoctorConfig:
 
     constant_step_share: float = 0.9
     """... and the reward counts as constant (`reward_constant`) when at least this share of the run's steps
-    is pinned at one and the same best while the median reward of the first steps equals that of the last
-    (within health.reward_flat_tol): a few outlier completions or steps do not hide a reward that never
-    varied, and a run that rose to solve every group (convergence) is not one."""
+    is pinned at one and the same best and the run was there from its first `health.window` steps: every one of
+    them, an outlier aside (health_checks.early_floor), had a mean reward within 1 - health.converged_reward_level
+    of that best (as a share of the run's completion reward range). A few outlier completions or steps do not
+    hide a reward that never varied, and a run that rose to solve every group, however fast (convergence), is
+    not one."""
 
     unscored_max: float = 0.1
     """Flag when more than this share of the completions got no reward at all (every reward function answered

@@ -91,13 +91,27 @@ def reward_level(reward: float, floor: float, best: float) -> float | None:
     return (reward - floor) / (best - floor) if best - floor > SAME_REWARD else None
 
 
+EARLY_OUTLIERS = 0.1
+"""The share of the first `window` steps (rounded down: one of 10, none of fewer) that may sit off the level a
+run is judged by from its first steps (`early_floor`): one batch of hard prompts does not make a learner."""
+
+
+def early_floor(early: Sequence[float]) -> float:
+    """The lowest of the first steps' values once `EARLY_OUTLIERS` of them (the lowest) are set aside: the min of
+    fewer than 10, the second lowest of 10. A rule on it holds for every early step but an outlier, where a mean
+    let a run that rose fast (levels 0.25, 0.625, 0.875, then 1: mean 0.875 over 10 steps) pass for one that
+    started there."""
+    return sorted(early)[int(EARLY_OUTLIERS * len(early))]
+
+
 def solved_from_start(early_levels: Sequence[float], cfg: HealthConfig) -> bool:
-    """Whether the reward sat at its best from the first steps: the mean reward level (`reward_level`) of the
-    run's first `window` steps already at `converged_reward_level` or above. Such a run learned nothing: its
-    groups were solved before any update (a verifier that accepts everything, prompts the model already
-    solves), so its flat groups are waste and its low entropy no convergence; convergence is a run that
-    started below that level and rose to it. False while no level is known."""
-    return bool(early_levels) and sum(early_levels) / len(early_levels) >= cfg.converged_reward_level
+    """Whether the reward sat at its best from the first steps: the reward level (`reward_level`) of every one of
+    the run's first `window` steps, an outlier aside (`early_floor`), already at `converged_reward_level` or
+    above. Such a run learned nothing: its groups were solved before any update (a verifier that accepts
+    everything, prompts the model already solves), so its flat groups are waste and its low entropy no
+    convergence; convergence is a run that started below that level and rose to it, however fast. False
+    while no level is known."""
+    return bool(early_levels) and early_floor(early_levels) >= cfg.converged_reward_level
 
 
 def unsolved_share(frac: float, solved: float, top: float, best: float, floor: float, learned: bool = True) -> float:

@@ -42,12 +42,11 @@ from .report_data import (
     load_run,
     metric_names,
     panels,
-    read_json,
     same_as,
     samples_payload,
     unique_names,
 )
-from .run_status import run_status
+from .run_writer import LOCK_FILE, Heartbeat
 
 REPORT_FILE = "report.html"
 # after the step count of a run that has not finished (record/run_status.py's states)
@@ -91,7 +90,7 @@ def headline_html(run: Run) -> str:
     cards: list[tuple[str, str]] = []
     steps = summary.get("steps", max((r.get("step", 0) for r in rows), default=None))
     if steps is not None:
-        cards.append(("steps", _fmt(steps) + STATE_NOTES.get(run_status(run.path, summary).state, "")))
+        cards.append(("steps", _fmt(steps) + STATE_NOTES.get(run.status.state, "")))
     before, after = (
         summary.get(k, {}) if isinstance(summary.get(k), dict) else {} for k in ("eval_before", "eval_after")
     )
@@ -191,15 +190,13 @@ def payload(runs: Sequence[Run], live_s: float | None = None) -> dict[str, Any]:
         data.append(
             {
                 "name": run.name,
-                "finished": run.finished,
-                "state": run_status(run.path, run.summary).state,
                 "steps": steps,
                 "heldout": heldout(run),
                 "series": {k: v for k, v in cols.items() if any(x is not None for x in v)},
                 "samples": samples_payload(run),
             }
         )
-    live = {"refresh_s": live_s} if live_s and not all(run_status(r.path, r.summary).ended for r in runs) else None
+    live = {"refresh_s": live_s} if live_s and not all(r.status.ended for r in runs) else None
     return {"panels": plots, "runs": data, "live": live}
 
 
@@ -232,10 +229,19 @@ def _zeros_html(runs: Sequence[Run]) -> str:
     return f'<p class="muted zeros">0 at every step (not drawn): {_esc(", ".join(zeros))}</p>' if zeros else ""
 
 
+def _load(run_dirs: Sequence[Path], heartbeats: dict[Path, Heartbeat] | None = None) -> list[Run]:
+    paths = [Path(p) for p in run_dirs]
+    return [load_run(p, n, (heartbeats or {}).get(p)) for p, n in zip(paths, unique_names(paths))]
+
+
 def render(run_dirs: Sequence[Path], live_s: float | None = None) -> str:
     """The report of one run, or the comparison of several, as an HTML string."""
-    paths = [Path(p) for p in run_dirs]
-    runs = [load_run(p, n) for p, n in zip(paths, unique_names(paths))]
+    return render_runs(_load(run_dirs), live_s)
+
+
+def render_runs(runs: Sequence[Run], live_s: float | None = None) -> str:
+    """`render` of runs already read (each judged once: `Run.status`)."""
+    paths = [r.path for r in runs]
     many = len(runs) > 1
     title = "grpokit comparison · " + " vs ".join(r.name for r in runs) if many else f"grpokit run · {runs[0].name}"
     sections = [
@@ -295,26 +301,35 @@ def write_report(run_dir: Path) -> Path:
 def write_comparison(run_dirs: Sequence[Path], out: Path, live_s: float | None = None) -> Path:
     """Write the report of `run_dirs` (one run, or several overlaid) to `out`, atomically: a page
     reloading while the file is rewritten must never read half of it."""
-    out = Path(out)
-    tmp = out.with_name(
-        f".{out.name}.{os.getpid()}.tmp"
-    )  # one per process: the trainer and `report --watch` may both write
-    tmp.write_text(render(run_dirs, live_s), encoding="utf-8")
+    return _write(Path(out), render(run_dirs, live_s))
+
+
+def _write(out: Path, page: str) -> Path:
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # one per process: the trainer and `report --watch` may both
+    tmp.write_text(page, encoding="utf-8")
     tmp.replace(out)
     return out
 
 
 def watch(
-    run_dirs: Sequence[Path], out: Path, interval_s: float = 5.0, max_updates: int | None = None, sleep=time.sleep
+    run_dirs: Sequence[Path],
+    out: Path,
+    interval_s: float = 5.0,
+    max_updates: int | None = None,
+    sleep=time.sleep,
+    clock=time.monotonic,
 ) -> Path:
     """Rewrite `out` every `interval_s` seconds until every run has ended (run_status.py: finished, stopped,
     failed, or died without a record), then once more without the reload; the page reloads itself meanwhile
-    (file:// pages cannot fetch the run's files, so the file is what changes). `max_updates` bounds the
-    loop (tests)."""
+    (file:// pages cannot fetch the run's files, so the file is what changes). A holder on another host is
+    judged by its heartbeat, looked at on every rewrite: dead once its time did not move for STALE_S seconds
+    of `clock` (run_writer.Heartbeat), whatever the hosts' clocks say. `max_updates` bounds the loop (tests)."""
+    beats = {Path(p): Heartbeat(Path(p) / LOCK_FILE, clock) for p in run_dirs}
     n = 0
     while True:
-        finished = all(run_status(Path(p), read_json(Path(p) / "summary.json")).ended for p in run_dirs)
-        write_comparison(run_dirs, out, None if finished else interval_s)
+        runs = _load(run_dirs, beats)
+        finished = all(r.status.ended for r in runs)  # judged once per rewrite: the page shows the same verdict
+        _write(Path(out), render_runs(runs, None if finished else interval_s))
         n += 1
         if finished or (max_updates is not None and n >= max_updates):
             return out

@@ -23,11 +23,14 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from .domain_panels import domain_panels
 from .jsonl import HEALTH_FILE, METRICS_FILE, SAMPLES_FILE, read_jsonl
+from .run_status import RunStatus, run_status
+from .run_writer import Heartbeat
 
 # (id, title, metric patterns): known metrics grouped on one panel; * matches within a name (fnmatch).
 GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -110,6 +113,14 @@ class Run:
     changes: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)  # field -> [(first step, new value)]
     config_note: str = ""  # what of config_history.yaml could not be read (the report says so)
     summary: dict[str, Any] = field(default_factory=dict)
+    heartbeat: Heartbeat | None = field(default=None, repr=False, compare=False)
+    """run.lock as one reader watches it across reads (``report --watch``); None: read once."""
+
+    @cached_property
+    def status(self) -> RunStatus:
+        """How the run's training stands (run_status.py), judged once per read of the folder: the doctor's
+        checks, the report's headline and its live reload all read this one verdict."""
+        return run_status(self.path, self.summary, self.heartbeat)
 
     @property
     def finished(self) -> bool:
@@ -179,7 +190,7 @@ def _apply(cfg: dict[str, Any], dotted: str, value: Any) -> None:
     node[last] = value
 
 
-def load_run(run_dir: Path, name: str | None = None) -> Run:
+def load_run(run_dir: Path, name: str | None = None, heartbeat: Heartbeat | None = None) -> Run:
     run_dir = Path(run_dir)
     text, cfg = _read_config(run_dir / "config.yaml")
     history, note = read_history(run_dir / HISTORY_FILE)
@@ -199,6 +210,7 @@ def load_run(run_dir: Path, name: str | None = None) -> Run:
         changes=changes,
         config_note=note,
         summary=read_json(run_dir / "summary.json"),
+        heartbeat=heartbeat,
     )
 
 

@@ -131,8 +131,8 @@ def unsolved_zero_std(run: Run, hc: HealthConfig) -> list[tuple[int, float]]:
 
 def started_solved(run: Run, hc: HealthConfig) -> bool:
     """The live monitor's `solved_from_start` on the whole run: the reward level (between the run's lowest
-    and highest completion reward) of its first `window` steps (the doctor's window: shrunk for a short run)
-    already at `converged_reward_level`."""
+    and highest completion reward) of every one of its first `window` steps (the doctor's window: shrunk for a
+    short run), an outlier aside, already at `converged_reward_level`."""
     pts, span = values(run, "reward"), reward_span(run)
     if not pts or span is None or not values(run, "completions/reward_max"):
         return False

@@ -16,6 +16,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,8 @@ LOCK_FILE = "run.lock"
 HEARTBEAT_S = 10.0
 """The holder touches its lock file this often (a background thread), wherever it runs."""
 STALE_S = 60.0
-"""A lock of another host (or boot, or PID namespace) not touched for this long is a dead holder's."""
+"""A lock of another host (or boot, or PID namespace) whose time did not move for this long, watched by the
+judge's own monotonic clock (``Heartbeat``), is a dead holder's."""
 
 
 @dataclass(frozen=True)
@@ -105,21 +107,73 @@ def holder_of(path: Path) -> Holder | None:
         return None
 
 
-def writer_gone(run_dir: Path) -> str | None:
+class Heartbeat:
+    """Another host's lock watched over several looks, timed by this process's own monotonic clock: the lock's
+    time is the filesystem's (on NFS, the server's clock), never compared with this machine's ``time.time()``,
+    so clocks that disagree can neither make a live holder read dead nor a dead one live. train/run_lock.py's
+    ``_watch`` (the next writer) and ``report --watch`` (run_status.py) both judge by it."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic):
+        self.path, self._clock = Path(path), clock
+        self._mtime: float | None = None
+        self._since = clock()
+
+    def moved(self) -> bool:
+        """Look at the lock's time: True when it changed since the last look (never at the first); a lock that
+        vanished or was replaced changed too."""
+        try:
+            mtime: float | None = os.stat(self.path).st_mtime
+        except OSError:
+            mtime = None
+        first, changed = self._mtime is None, mtime != self._mtime
+        if changed:
+            self._mtime, self._since = mtime, self._clock()
+        return changed and not first
+
+    def still_s(self) -> float:
+        """Seconds, by this process's clock, since the lock's time was first seen or last moved."""
+        return self._clock() - self._since
+
+
+def writer_gone(run_dir: Path, heartbeat: Heartbeat | None = None) -> str | None:
     """Why the process that run_dir's run.lock names is known to be gone (a phrase), or None: no lock file, an
     empty one (a holder still starting), or a holder alive or not to be judged from here. On this machine its
-    pid and start time decide (as the next writer's rule without flock); elsewhere its heartbeat, by this
-    machine's clock: untouched for ``STALE_S`` seconds (six missed heartbeats) is a dead holder's."""
+    pid and start time decide (as the next writer's rule without flock). Another host's is judged only by a
+    ``heartbeat`` watched over several looks (``report --watch``): its time unmoved for ``STALE_S`` seconds of
+    this process's own clock (six missed heartbeats) is a dead holder's; one look cannot tell (``remote_note``)."""
     path = Path(run_dir) / LOCK_FILE
     holder = holder_of(path)
     if holder is None:
         return None
     if holder.same_machine(this_process()):
         return None if alive_here(holder) else f"run.lock names {holder.describe()}, which is no longer running"
+    if heartbeat is None:
+        return None
+    heartbeat.moved()
+    if heartbeat.still_s() <= STALE_S:
+        return None
+    return (
+        f"run.lock names {holder.describe()}, on another host or boot, whose heartbeat did not move for "
+        f"{heartbeat.still_s():.0f} s (watched by this machine's own clock)"
+    )
+
+
+def remote_note(run_dir: Path) -> str:
+    """For one look at a lock of another host: who holds it and how old its heartbeat reads by this machine's
+    clock, said as no verdict ("" for a lock of this machine, or none). That age compares the filesystem's clock
+    (the server's, on NFS) with this machine's, which may be minutes apart, and a reader writes nothing into the
+    run folder to read the filesystem's own time (the next writer does, train/run_lock.py), so a one-shot reader
+    calls the run running and says how to tell."""
+    path = Path(run_dir) / LOCK_FILE
+    holder = holder_of(path)
+    if holder is None or holder.same_machine(this_process()):
+        return ""
     try:
         age = time.time() - path.stat().st_mtime
     except OSError:
-        return None
-    if age <= STALE_S:
-        return None
-    return f"run.lock names {holder.describe()}, on another host or boot, whose heartbeat stopped {age:.0f} s ago"
+        return ""
+    return (
+        f"run.lock names {holder.describe()}, on another host or boot, with a heartbeat {age:.0f} s old by this "
+        f"machine's clock (the hosts' clocks may disagree; `grpokit report --watch` tells a stopped heartbeat "
+        f"after {STALE_S:.0f} s)"
+    )

@@ -13,7 +13,7 @@ import statistics
 from grpokit.config.health import HealthConfig
 
 from .findings import DoctorConfig, Finding
-from .health_checks import SAME_REWARD, reward_level
+from .health_checks import SAME_REWARD, early_floor, reward_level
 from .report_data import Run
 from .run_series import config_value, recent, reward_span, span_steps, trend, values, window
 from .unscored_checks import unscored
@@ -68,9 +68,11 @@ def _constant(run: Run, dc: DoctorConfig) -> Finding | None:
 def _pinned(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
     """At least `constant_step_share` of the steps have `constant_group_share` of their groups solved (every
     completion at the step's best) at one and the same best, and the run was there from its first `window`
-    steps: their mean reward's level (between the run's lowest and highest completion reward) lies within
-    1 - `converged_reward_level` of that best's, the live monitor's rule for a run solved from the start
-    (health_checks.solved_from_start). A run that started further off and rose to it learned: convergence."""
+    steps: the mean reward of every one of them, an outlier aside (health_checks.early_floor), lies within
+    1 - `converged_reward_level` of that best (as a share of the range between the run's lowest and highest
+    completion reward), the live monitor's rule for a run solved from the start
+    (health_checks.solved_from_start). A run that started further off and rose to it, however fast, learned:
+    convergence."""
     solved, tops, rewards = (
         dict(values(run, k)) for k in ("completions/frac_groups_solved", "completions/reward_max", "reward")
     )
@@ -86,7 +88,8 @@ def _pinned(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
         return None
     w = window(len(pts), hc)
     early, late = statistics.fmean(v for _, v in pts[:w]), statistics.fmean(v for _, v in pts[-w:])
-    if abs(early - level) / (span[1] - span[0]) > 1 - hc.converged_reward_level:
+    near = [1 - abs(v - level) / (span[1] - span[0]) for _, v in pts[:w]]  # 1: at the pinned best, 0: a range off
+    if early_floor(near) < hc.converged_reward_level:
         return None  # the reward started elsewhere and came to this: a run that learned (converged), not pinned
     others = [s for s in steps if s not in set(at)]
     top = level >= span[1] - SAME_REWARD * max(1.0, abs(span[1]))

@@ -16,7 +16,6 @@ from .health_checks import batch_items, zeroed_share
 from .rank_failures import job_failure
 from .report_data import Run
 from .run_series import config_value, last_step, live_alarm, recent, span_steps, total, trend_of, values
-from .run_status import run_status
 
 
 def check_runaway(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
@@ -65,7 +64,7 @@ def check_run_killed(run: Run) -> Finding | None:
     """The training process died without a record (record/run_status.py: run.lock names a process that is gone,
     or no process holds it while summary.json records no end): the run is not in progress, and the next
     thing to do is to resume it. Read from the folder by `examine` only: a live run is never this."""
-    status = run_status(run.path, run.summary)
+    status = run.status
     if status.state != "died":
         return None
     return Finding(

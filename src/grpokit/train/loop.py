@@ -144,10 +144,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         )
         try:
             stop.install()
-            self.callbacks("on_train_begin")
-            self._evaluate_before(summary, stop)  # once per run (a stop may cut it: the next session runs it)
-            final_eval = self._run_with_failures_recorded(summary, stop)
-            self._finish_summary(summary, stop, final_eval)
+            self._train_recorded(summary, stop)  # an error anywhere in it is written to summary.json (failed)
             self.callbacks("on_train_end")
         finally:
             stop.uninstall()

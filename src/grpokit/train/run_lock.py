@@ -17,7 +17,8 @@ How a holder is known to be alive:
 * **Another host** (or this one before a restart: another boot id) on a shared filesystem, where ``flock``
   may not reach across hosts (Lustre's ``localflock``) or the server keeps a dead client's lock for its
   lease (NFSv4, about 90 s): the holder touches the file every ``HEARTBEAT_S`` (10 s) from a background thread.
-  Another host's lock is watched, timed by this process's own clock: if its time moves, the holder is
+  Another host's lock is watched, timed by this process's own clock (record/run_writer.Heartbeat, the rule
+  ``report --watch`` judges a run by too): if its time moves, the holder is
   alive and the start is refused; if it does not, it is taken over. Its time, compared with the
   filesystem's (a probe file written beside it), only sets how long to watch: what is left of
   ``STALE_S`` (60 s) for a fresh heartbeat, ``STALE_S`` for one from the future (its host's clock is
@@ -46,7 +47,16 @@ from pathlib import Path
 from typing import ClassVar
 
 from grpokit.config.sections import ConfigError
-from grpokit.record.run_writer import HEARTBEAT_S, LOCK_FILE, STALE_S, Holder, alive_here, holder_of, this_process
+from grpokit.record.run_writer import (
+    HEARTBEAT_S,
+    LOCK_FILE,
+    STALE_S,
+    Heartbeat,
+    Holder,
+    alive_here,
+    holder_of,
+    this_process,
+)
 
 NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
@@ -224,7 +234,8 @@ def _watch(run_dir: Path, path: Path, log, holder: Holder) -> str | None:
     holder dead. A heartbeat from the future (its host's clock ahead) is watched ``STALE_S`` at most;
     one older than ``STALE_S`` for a heartbeat interval and a half, in case its host's clock is behind."""
     age = _age(run_dir, path)
-    first = os.stat(path).st_mtime
+    beat = Heartbeat(path)
+    beat.moved()  # the first look
     if age > STALE_S:
         window = min(STALE_S, 1.5 * HEARTBEAT_S)
         why = f"whose heartbeat stopped {age:.0f} s ago"
@@ -247,7 +258,7 @@ def _watch(run_dir: Path, path: Path, log, holder: Holder) -> str | None:
     deadline = time.monotonic() + window
     while time.monotonic() < deadline:
         time.sleep(max(0.0, min(1.0, STALE_S / 10, deadline - time.monotonic())))
-        if os.stat(path).st_mtime != first:
+        if beat.moved():
             return None
     return why
 

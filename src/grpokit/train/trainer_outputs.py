@@ -159,18 +159,24 @@ class TrainerOutputs:
             self.recorder.amend({f"eval/{k}": v for k, v in result.items()}, self.step)
         return result
 
-    def _run_with_failures_recorded(self, summary: dict[str, Any], stop: GracefulStop) -> dict[str, float] | None:
-        """The steps (the evaluation owed by the session before first); an error that ends them is written to
-        summary.json (``failed``: the step it stopped after and its sentence) before it propagates, so the run
-        folder says how the run ended (the doctor, the report). Under torchrun a failing rank other than 0 writes
+    def _train_recorded(self, summary: dict[str, Any], stop: GracefulStop) -> None:
+        """The session from ``on_train_begin`` to its end in summary.json: the evaluation before training, the one
+        owed by the session before, the steps, the final save and evaluation (_finish_summary). An error in any
+        of them is written to summary.json (``failed``: the step it stopped after and its sentence) before it
+        propagates, so the run folder says how the run ended (the doctor's run_failed, the report): a disk that
+        fills on the final save is no kill without a record. Under torchrun a failing rank other than 0 writes
         its own record (record/rank_failures.py), and rank 0, when what it saw was only a collective broken by
-        another rank, names that rank and its error. Returns the final evaluation when the run had one."""
+        another rank, names that rank and its error."""
         rank_failures.clear(self.run_dir, self.dist.rank, self.dist.world_size)  # a resumed run is not the failed one
         self._recorded = self.step  # the last step whose metrics line is written (_run_steps moves it)
         try:
+            self.callbacks("on_train_begin")
+            self._evaluate_before(summary, stop)  # once per run (a stop may cut it: the next session runs it)
             resumed_at, owed = self.step, self._owed_evaluation(stop)
             final_eval = self._run_steps(stop)
-            return owed if self.step == resumed_at and owed is not None else final_eval  # no step left: it is the final
+            if self.step == resumed_at and owed is not None:  # no step left: the owed evaluation is the final one
+                final_eval = owed
+            self._finish_summary(summary, stop, final_eval)
         except Exception as exc:
             if self.lock.lost_to is not None:  # a folder taken over is not ours to write
                 raise
