@@ -15,7 +15,7 @@ from datasets import Dataset
 from grpokit.config import ConfigError
 from grpokit.trl import GRPOConfig, GRPOTrainer
 from grpokit.trl.contract.generation import split_rows
-from grpokit.trl.contract.stages import TrlLoss, batch_rows, scaled_for_accumulation
+from grpokit.trl.contract.stages import TrlLoss, batch_rows
 from helpers.trl_models import small_args
 
 DATA = Dataset.from_list([{"prompt": [{"role": "user", "content": f"say {w}"}]} for w in ("ab", "cd", "ef", "gh")])
@@ -183,14 +183,16 @@ def test_a_generation_batch_value_with_other_rows_is_refused_in_one_sentence():
 
 
 def test_transformers_rule_for_a_loss_scaled_for_accumulation():
-    """transformers' Trainer.training_step: the flag when set; None: the model took num_items_in_batch (it
-    accepts loss kwargs and got one), or a compute_loss_func computed the loss."""
-    assert scaled_for_accumulation(True, False, None, None)
-    assert not scaled_for_accumulation(False, True, 5, object())
-    assert scaled_for_accumulation(None, True, 5, None)
-    assert not scaled_for_accumulation(None, True, None, None)  # TRL's training step: num_items_in_batch=None
-    assert not scaled_for_accumulation(None, False, 5, None)
-    assert scaled_for_accumulation(None, False, None, object())
+    """transformers' Trainer.training_step: the flag when set; None: scaled only when a compute_loss_func
+    computed the loss (TRL's training step passes num_items_in_batch=None, so the model's own scaling never counts)."""
+
+    def scaled(flag, compute_loss_func=None):
+        return TrlLoss(types.SimpleNamespace(loss_is_scaled_for_ga=flag, compute_loss_func=compute_loss_func))._scaled()
+
+    assert scaled(True) and scaled(True, object())  # the flag, whatever else is set
+    assert not scaled(False, object())
+    assert scaled(None, object())  # None: a compute_loss_func scaled it
+    assert not scaled(None)  # None and no compute_loss_func: transformers divides
 
 
 def loss_stage_run(flag, own=None):

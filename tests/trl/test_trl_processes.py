@@ -114,3 +114,103 @@ def test_two_processes_count_every_processes_tokens(chat_model, tmp_path):
     assert first["num_tokens"] == tokens  # both processes' prompt and completion tokens
     assert first["completions/mean_terminated_length"] == pytest.approx(sum(done) / len(done) if done else 0.0)
     assert first["completions/max_terminated_length"] == (max(done) if done else 0.0)
+
+
+# ---------------------------------------------------------------- a compute_loss override under 2 processes
+
+SGD = dict(
+    max_steps=1,
+    logging_steps=1,
+    save_strategy="no",
+    report_to="none",
+    seed=0,
+    optim="sgd",
+    max_grad_norm=0.0,
+    lr_scheduler_type="constant",
+    weight_decay=0.0,
+)
+
+
+def _loss_worker(rank, init_file, model, out):
+    """Each rank trains 4 runs of one step: two compute_loss overrides returning a per-process mean (flag True;
+    flag False with 2 micro-batches), and grpokit's own loss with and without a ``super()`` override."""
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=2, timeout=timedelta(seconds=120)
+    )
+    try:
+        from datasets import Dataset
+
+        from grpokit.trl import GRPOTrainer
+        from helpers.trl_models import small_args
+        from helpers.trl_runs import PROMPTS
+
+        lengths = []  # this rank's rows' completion lengths, as its overrides saw them
+
+        class Mean(GRPOTrainer):
+            """The loss as TRL writes its own: a mean over this process's rows (of w - w.detach() + 1 times the
+            row's completion length), so its gradient on w is the rows' mean length."""
+
+            def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+                w = model.get_input_embeddings().weight[1, 0]
+                length_N = inputs["completion_mask"].sum(-1).float()
+                lengths.extend(length_N.tolist())
+                return ((w - w.detach() + 1.0) * length_N).mean()
+
+        class Halved(Mean):
+            loss_is_scaled_for_ga = False
+
+        class Super(GRPOTrainer):
+            def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+        reward = lambda completions, **kw: [float(len(c[0]["content"])) for c in completions]  # noqa: E731
+        data, result = Dataset.from_list(PROMPTS), {}
+        runs = (
+            ("mean", Mean, dict(learning_rate=0.1)),
+            ("halved", Halved, dict(learning_rate=0.1, per_device_train_batch_size=2, gradient_accumulation_steps=2)),
+            ("own", GRPOTrainer, dict(learning_rate=0.5)),
+            ("super", Super, dict(learning_rate=0.5)),
+        )
+        for name, cls, kw in runs:
+            lengths.clear()
+            tr = cls(
+                model, reward_funcs=[reward], args=small_args(GRPOConfig, out / name, **SGD, **kw), train_dataset=data
+            )
+            before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+            w_before = tr.model.get_input_embeddings().weight[1, 0].item()
+            tr.train()
+            delta = torch.cat([(v - before[k]).flatten() for k, v in tr.model.state_dict().items()])
+            w_moved = w_before - tr.model.get_input_embeddings().weight[1, 0].item()
+            result[name] = dict(
+                lengths=list(lengths), moved=w_moved, loss=tr.state.log_history[0]["loss"], delta=delta.tolist()
+            )
+        (out / f"loss{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_compute_loss_override_trains_as_trl_under_two_processes(chat_model, tmp_path):
+    """TRL's loss is a per-process loss and DDP averages the processes' gradients; grpokit sums them (its own
+    loss is each process's share of the global loss), so an override's loss is divided by the 2 processes
+    (before: every override moved the weights 2 x as far as under TRL, and logged 2 x its loss)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    mp.spawn(_loss_worker, args=(str(tmp_path / "init"), chat_model, out), nprocs=2, join=True)
+    ranks = [json.loads((out / f"loss{r}.json").read_text()) for r in (0, 1)]
+    for name in ("mean", "halved"):
+        # one process under TRL on the same global rows: DDP's mean of the per-process gradients, each the mean
+        # of that process's rows' lengths (False: each of its 2 micro-batches' means / 2, summed: the same);
+        # SGD at lr 0.1 moves w by 0.1 x that; TRL logs the mean over processes of their losses, the same mean
+        per_rank = [sum(r[name]["lengths"]) / len(r[name]["lengths"]) for r in ranks]
+        assert [len(r[name]["lengths"]) for r in ranks] == [4, 4]
+        expected = (per_rank[0] + per_rank[1]) / 2
+        for r in ranks:  # every process applies the same step
+            assert r[name]["moved"] == pytest.approx(0.1 * expected, rel=1e-4)
+        assert ranks[0][name]["loss"] == pytest.approx(expected, rel=1e-5)
+    # super().compute_loss is grpokit's own objective on TRL's per-process scale: it trains and logs as without it
+    own, over = ranks[0]["own"], ranks[0]["super"]
+    assert max(abs(x) for x in own["delta"]) > 0
+    torch.testing.assert_close(torch.tensor(over["delta"]), torch.tensor(own["delta"]), atol=1e-6, rtol=1e-4)
+    assert over["loss"] == pytest.approx(own["loss"], rel=1e-4, abs=1e-6)

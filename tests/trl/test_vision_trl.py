@@ -201,3 +201,43 @@ def test_lora_all_linear_adapts_the_modules_trl_adapts(tmp_path):
     _, ours = _trained("grpokit.trl", tmp_path, LoraConfig(r=4, target_modules="all-linear"))
     _, theirs = _trained("trl", tmp_path, LoraConfig(r=4, target_modules="all-linear"))
     assert ours == theirs and len(ours) == 24 and sum("visual" in n for n in ours) == 10
+
+
+@pytest.mark.parametrize("flag", [False, None])
+def test_trls_loss_path_with_image_rows_is_refused_before_the_first_step_samples(tmp_path, flag):
+    """loss_is_scaled_for_ga not True sends the loss through TRL's path, which cannot rebuild pixel_values: the
+    class attribute is known when the run is built, so train() stops before any completion is sampled or scored
+    (before: after step 1 had sampled and scored its batch)."""
+    from datasets import Dataset
+    from transformers import AutoModelForImageTextToText
+
+    from grpokit.config import ConfigError
+    from grpokit.data.tasks import shapes
+    from grpokit.data.vision import load_processor
+    from grpokit.trl import GRPOConfig, GRPOTrainer
+    from grpokit.trl.contract.stages import NO_IMAGES
+
+    class Divided(GRPOTrainer):
+        loss_is_scaled_for_ga = flag
+
+    scored = []
+    path = str(shapes.shapes_model_path())
+    trainer = Divided(
+        model=AutoModelForImageTextToText.from_pretrained(path),
+        reward_funcs=[lambda completions, **kw: scored.append(1) or [0.0] * len(completions)],
+        args=GRPOConfig(
+            output_dir=str(tmp_path / "out"),
+            max_steps=1,
+            per_device_train_batch_size=4,
+            num_generations=4,
+            max_completion_length=4,
+            report_to=[],
+            use_cpu=True,
+            save_strategy="no",
+        ),
+        train_dataset=Dataset.from_list(shapes.train_rows(4)),
+        processing_class=load_processor(path),
+    )
+    with pytest.raises(ConfigError) as e:
+        trainer.train()
+    assert str(e.value) == NO_IMAGES and scored == []

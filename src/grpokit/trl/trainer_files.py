@@ -102,7 +102,10 @@ class TrainerFiles:
         if not self.accelerator.is_main_process:
             return None
         model_tags = getattr(self.model, "model_tags", None)
-        if model_tags is not None:  # transformers adds the model's own tags to the card's
+        # transformers' push_to_hub adds the model's own tags (a string made a list, a tag given already not
+        # repeated) before it calls create_model_card: kept here, not left to model_card._metadata, because a
+        # subclass's create_model_card override receives these tags, as under transformers
+        if model_tags is not None:
             given = kwargs.get("tags") or []
             given = [given] if isinstance(given, str) else list(given)
             kwargs["tags"] = given + [t for t in model_tags if t not in given]

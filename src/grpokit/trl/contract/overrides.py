@@ -15,7 +15,7 @@ from grpokit.config.sections import ConfigError
 
 from .generation import TrlGenerate, TrlSingleTurn
 from .passes import TrlPasses
-from .stages import TrlLoss, TrlRewards
+from .stages import NO_IMAGES, TrlLoss, TrlRewards
 
 SLOTTED = {"_calculate_rewards", "_generate_single_turn", "_tokenize_prompts", "_generate_and_score_completions"}
 """The honoured methods whose adapter is put in a stage's slot when the run is built (beside LOSS_HOOKS)."""
@@ -36,6 +36,12 @@ def into_slots(facade: Any, trainer: Any) -> None:
     # the subclass's loss (and its generation batch) through TRL's loss path; without a loss override grpokit's
     # own stage, unless loss_is_scaled_for_ga is not True (TRL's loss path then divides, read at every slice)
     trainer.loss_stage = TrlLoss(facade, own=None if names & LOSS_HOOKS else trainer.loss_stage)
+    # a loss override, or the flag (nearly always a class attribute) not True, already says TRL's loss path will
+    # run: refused before step 1 samples, not at its first slice (TrlLoss still checks each slice for a flag
+    # changed once the run is built)
+    images = any(p.vision is not None for p in trainer.prompts[:1])
+    if images and (names & LOSS_HOOKS or facade.loss_is_scaled_for_ga is not True):
+        raise ConfigError(NO_IMAGES)
     if "_get_per_token_logps_and_entropies" in names:  # pi_old and the reference through it too, as TRL's
         if trainer.replays_support:  # refused before the run starts: every step's pi_old pass would need it
             raise ConfigError(

@@ -113,21 +113,6 @@ def batch_rows(batch: dict[str, Any], rows: slice) -> dict[str, Any]:
     }
 
 
-def scaled_for_accumulation(
-    flag: bool | None, accepts_loss_kwargs: bool, num_items_in_batch: Any, compute_loss_func: Any
-) -> bool:
-    """transformers' rule (Trainer.training_step) for whether the loss ``compute_loss`` returned is already
-    scaled for gradient accumulation; when it is not, the loss is divided by the update's micro-batches
-    (``current_gradient_accumulation_steps``) before it is back-propagated and logged. ``flag`` is the trainer's
-    ``loss_is_scaled_for_ga`` (TRL's GRPOTrainer: True, its loss divides itself); None: scaled when the model
-    normalised it by a ``num_items_in_batch`` it was given, or a ``compute_loss_func`` did.
-    Example: a subclass setting it False, 2 micro-batches of an update each returning 1.0: each back-propagates
-    and logs 0.5, the step's logged loss is 1.0."""
-    if flag is not None:
-        return bool(flag)
-    return bool(accepts_loss_kwargs and num_items_in_batch is not None) or compute_loss_func is not None
-
-
 def batch_dict(batch: Any, advantages: torch.Tensor, loss_mask: torch.Tensor, num_items: float) -> dict[str, Any]:
     """A ``TokenBatch`` as the batch dict TRL's ``compute_loss`` receives: ``prompt_ids`` / ``prompt_mask``
     (left-padded), ``completion_ids`` / ``completion_mask`` (the real completion tokens), ``advantages``,
@@ -175,12 +160,26 @@ def update_micro_batches(counts: Any, rows: int, rows_each: int) -> int:
     return -(-rows // rows_each) * (counts.window if counts is not None else 1)
 
 
+NO_IMAGES = (
+    "a GRPOTrainer subclass's compute_loss / _get_per_token_logps_and_entropies (or a "
+    "loss_is_scaled_for_ga other than True) cannot be carried out with image inputs under grpokit.trl "
+    "(TRL's pixel_values are not rebuilt); use them with text models"
+)
+"""TRL's loss path refused for image prompts (TrlLoss at each slice, overrides.into_slots when the run is built)."""
+
+
 class TrlLoss:
     """Stage 5 as TRL's training step: ``__call__`` has ``train/update.accumulate``'s signature; it cuts
     the slice into TRL's micro-batches of ``per_device_train_batch_size`` rows, passes each as TRL's
     batch dict to ``trainer.compute_loss`` (the subclass's) and back-propagates the loss it returns, divided by
     the update's micro-batches (``current_gradient_accumulation_steps``) where transformers divides it
-    (``scaled_for_accumulation``: a subclass setting ``loss_is_scaled_for_ga`` False; TRL's own loss is scaled).
+    (``_scaled``: a subclass setting ``loss_is_scaled_for_ga`` False; TRL's own loss is scaled).
+    With K processes the loss is TRL's per-process loss (DDP then averages the K processes' gradients), while
+    grpokit sums gradients over processes (train/distributed.py): so ``loss / K`` is back-propagated and
+    logged, and the summed gradients and logged losses are DDP's averages. ``super().compute_loss`` returns
+    TRL's per-process scale too: grpokit's share of the global loss times K.
+    Example: 2 processes, each compute_loss returning 1.0 with gradient 1: each back-propagates 0.5, the
+    summed gradient is 1 (DDP's mean of 1 and 1) and the logged loss 0.5 + 0.5 = 1.0 (TRL's mean over ranks).
     ``own`` (grpokit's ``accumulate``) is the stage when the subclass overrides no loss method: it runs
     while ``loss_is_scaled_for_ga`` stays True, which it reads at every slice (so a value set at any time counts)."""
 
@@ -203,11 +202,17 @@ class TrlLoss:
         return lambda rows: batch_rows(gen, slice(first + rows.start, first + rows.stop))
 
     def _scaled(self) -> bool:
-        """transformers' rule, with what TRL's training step passes: compute_loss gets num_items_in_batch=None
-        (its batches are lists of rows, without labels to count)."""
+        """Whether the loss compute_loss returns is already scaled for gradient accumulation (else it is divided
+        by the update's micro-batches): transformers' Trainer.training_step (trainer.py ~2111-2117) takes
+        ``loss_is_scaled_for_ga`` when set, else ``(model_accepts_loss_kwargs and num_items_in_batch is not
+        None) or compute_loss_func is not None``. TRL's training step always passes num_items_in_batch=None
+        (its batches are dicts of rows, without labels to count), so the first term is False under TRL.
+        Example: a subclass setting it False, 2 micro-batches of an update each returning 1.0: each
+        back-propagates and logs 0.5, the step's logged loss is 1.0."""
         f = self.facade
-        accepts = getattr(f, "model_accepts_loss_kwargs", False)
-        return scaled_for_accumulation(f.loss_is_scaled_for_ga, accepts, None, getattr(f, "compute_loss_func", None))
+        if f.loss_is_scaled_for_ga is not None:
+            return bool(f.loss_is_scaled_for_ga)
+        return getattr(f, "compute_loss_func", None) is not None
 
     def __call__(self, model, optimizer, inputs, acc, fw, *, dist=None, counts=None) -> None:
         from grpokit.train.update import begin_slice
@@ -215,13 +220,10 @@ class TrlLoss:
         f, scaled = self.facade, self._scaled()
         if self.own is not None and scaled:  # no loss override and TRL's scaling: grpokit's faster stage
             return self.own(model, optimizer, inputs, acc, fw, dist=dist, counts=counts)
-        if inputs.batch.vision is not None:
-            raise ConfigError(
-                "a GRPOTrainer subclass's compute_loss / _get_per_token_logps_and_entropies (or a "
-                "loss_is_scaled_for_ga other than True) cannot be carried out with image inputs under grpokit.trl "
-                "(TRL's pixel_values are not rebuilt); use them with text models"
-            )
+        if inputs.batch.vision is not None:  # refused when the run is built too (overrides.into_slots); here
+            raise ConfigError(NO_IMAGES)  # for a loss_is_scaled_for_ga changed once the run is built
         settings, norms = begin_slice(model, optimizer, inputs, acc, dist=dist, counts=counts)
+        K = dist.world_size if dist is not None and dist.active else 1  # DDP's mean = grpokit's sum / K
         N, rows_each = inputs.batch.input_ids.shape[0], f.args.per_device_train_batch_size
         batch_of, g = self._rows(inputs, N, norms.num_tokens or 0.0), f.state.global_step
         # the update's micro-batches, its earlier slices' included: TRL's _step advances by each
@@ -230,7 +232,7 @@ class TrlLoss:
         try:
             for start in range(0, N, rows_each):
                 rows = slice(start, min(start + rows_each, N))
-                f._loss_call = (settings, norms, acc, inputs, rows)
+                f._loss_call = (settings, norms, acc, inputs, rows, K)
                 # accelerate's sync_gradients: True only on the update's last micro-batch (its accumulate context)
                 f._micro_at, f.accelerator.sync_gradients = (g, done), done == last - 1
                 batch = batch_of(rows)
@@ -240,8 +242,9 @@ class TrlLoss:
                         loss = _checked_loss(f.compute_loss(model, batch, num_items_in_batch=None))
                     if not scaled:  # transformers' training_step: a loss not scaled for accumulation is divided
                         loss = loss / last
+                    loss = loss / K  # TRL's per-process loss; grpokit's summed gradients then are DDP's mean
                     loss.backward()
-                acc.loss += loss.item()  # what transformers logs: the loss it back-propagated
+                acc.loss += loss.item()  # summed over processes: the mean of TRL's per-process losses, as it logs
                 done += 1
                 f._micro_at = (g, done)
         finally:
@@ -259,7 +262,11 @@ def compute_loss(facade: Any, model, inputs: dict[str, Any]):
     """grpokit.trl's own ``_compute_loss`` (what ``super()._compute_loss`` runs): the log-probabilities of
     the completion tokens by ``facade._get_per_token_logps_and_entropies`` (the subclass's when it
     overrides it), then grpokit's objective (algo/loss.py) with the update's loss settings and
-    normalisers, so the micro-batches' losses add up to the update's (called directly: this batch's own)."""
+    normalisers, so the micro-batches' losses add up to the update's (called directly: this batch's own).
+    With K processes the result is on TRL's per-process scale: grpokit's share of the global loss (its
+    normalisers count every process's rows) times K, as TRL's per-process mean (grpo, bnpo, dr_grpo, luspo:
+    each process's rows are 1/K of the batch) and its dapo / cispo normaliser (num_items_in_batch / num_processes)
+    are; TrlLoss divides by K again before back-propagating."""
     from grpokit.algo.loss import objective_loss
     from grpokit.algo.pipeline import loss_settings
     from grpokit.algo.settings import LossTensors
@@ -278,9 +285,9 @@ def compute_loss(facade: Any, model, inputs: dict[str, Any]):
     mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
     call = facade._loss_call
     if call is None:  # called directly: the configured objective over this batch alone
-        (settings, norms), acc, update, rows = loss_settings(facade._get().cfg.algo), None, None, None
+        (settings, norms), acc, update, rows, K = loss_settings(facade._get().cfg.algo), None, None, None, 1
     else:
-        settings, norms, acc, update, rows = call
+        settings, norms, acc, update, rows, K = call
     cut = (lambda t: t[rows] if t is not None else None) if update is not None else (lambda t: None)  # noqa: E731
     old = inputs.get("old_per_token_logps")
     tensors = LossTensors(
@@ -300,6 +307,7 @@ def compute_loss(facade: Any, model, inputs: dict[str, Any]):
     if aux is not None:  # a Mixture-of-Experts router loss, each micro-batch weighed by its rows (as grpokit's loss)
         share = completion_ids.size(0) / (norms.num_sequences or completion_ids.size(0))
         loss = loss + facade.router_aux_loss_coef * share * aux
+    loss = loss * K  # TRL's per-process scale (grpokit's share is 1/K of it); TrlLoss divides it back
     if acc is not None:  # the update's kl, clip_ratio/*, ... and entropy (over the loss mask: TRL's `mask`)
         add_loss_metrics(acc, metrics, entropies, mask, tensors.policy_mask)
         if update is not None:  # the sampler / trainer mismatch metrics, as grpokit's own micro-step
