@@ -82,7 +82,10 @@ def _trained_run(tiny_model_dir, out, targets):
             {"model.lora_target_modules": "[v_proj]"},
             r"it has no adapters on \['v_proj'\]; it holds adapters on \['q_proj'\]",
         ),
-        ({"model.lora_rank": 8}, r"has shape \(4, \d+\) there and \(8, \d+\) here; resume with the model.lora_rank"),
+        (  # refused before any weight is loaded (train/resume.py check_same_model), naming both ranks
+            {"model.lora_rank": 8},
+            r"model.lora_rank was 4 when the run in .* was trained and is 8 now, .*; resume with model.lora_rank=4",
+        ),
     ],
 )
 def test_a_resume_with_other_adapters_names_the_field(tiny_model_dir, tmp_path, over, message):

@@ -83,6 +83,8 @@ def test_trl_reads_the_same(chat_model, tmp_path):
 class TwoRanks:
     """A 2-rank data-parallel context as TrlLoss sees it: every count summed over two equal ranks."""
 
+    world_size, active = 2, True  # as train/distributed.py's DistContext of two processes
+
     def sum_float(self, x):
         return 2 * x
 
