@@ -43,10 +43,17 @@ def assign(facade: Any, name: str, value: Any) -> None:
             f"GRPOTrainer.{name} can be replaced until train() starts; during or after training the run's "
             f"optimizer and sampler keep the {name} they were built with"
         )
+    rebuild(facade)
+    facade._kwargs[RUN_INPUTS[name]] = value
+
+
+def rebuild(facade: Any) -> None:
+    """The run is built anew at its next use: a built one that never trained is let go (``let_go``). Every change
+    of what a run is built from before train() (a replaced input, a patched method, a new train_dataset) goes
+    through here."""
     if facade._trainer is not None:
         let_go(facade._trainer)
         facade._trainer, facade.bridge = None, None
-    facade._kwargs[RUN_INPUTS[name]] = value
 
 
 def let_go(trainer: Any) -> None:
@@ -98,9 +105,7 @@ def set_attribute(facade: Any, name: str, value: Any) -> None:
         return
     if facade._started:
         raise ConfigError(f"GRPOTrainer.{name} can be patched until train() starts; the run's stages are built")
-    if facade._trainer is not None:
-        let_go(facade._trainer)
-        facade._trainer, facade.bridge = None, None
+    rebuild(facade)
     facade._overrides = [*facade._overrides, name]
 
 
@@ -118,7 +123,5 @@ def class_patches(facade: Any) -> None:
             f"GRPOTrainer.{added[0]} was patched on the class after train() started; the run's stages are built "
             "(patch it before the first train())"
         )
-    if facade._trainer is not None:
-        let_go(facade._trainer)
-        facade._trainer, facade.bridge = None, None
+    rebuild(facade)
     facade._overrides = [*facade._overrides, *added]

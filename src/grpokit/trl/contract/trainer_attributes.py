@@ -152,11 +152,9 @@ def _set_train_dataset(self: Any, value: Any) -> None:
         )
     from dataclasses import replace
 
-    from .assignable import let_go
+    from .assignable import rebuild
 
-    if self._trainer is not None:
-        let_go(self._trainer)
-        self._trainer, self.bridge = None, None
+    rebuild(self)
     self._given = replace(self._given, train_dataset=value)
     self._read_inputs()
 
