@@ -131,6 +131,19 @@ def test_table_on_stdout_json_to_a_file_or_behind_a_flag(monkeypatch, tmp_path, 
     assert json.loads(capsys.readouterr().out)["maj@1"] == 0.5  # stdout is exactly the JSON
 
 
+def test_a_grader_without_one_answer_has_no_maj_and_the_line_says_why(monkeypatch, capsys):
+    result = {
+        **dict(model="m", task=None, dataset="c.jsonl", split=None, reward="code_all_pass", prompts=1),
+        **dict(samples_per_prompt=2, temperature=1.0, top_p=1.0, max_new_tokens=16),
+        **{"pass@2": 0.5, "maj@2": None, "mean@2": 0.5, "maj_votes_on": "none: code_all_pass grades no one answer"},
+    }
+    monkeypatch.setattr(eval_cli, "run_eval", lambda args: result)
+    assert eval_cli.main([]) == 0
+    out = capsys.readouterr().out
+    assert "│ 2 │  0.500 │     - │  0.500 │" in out.replace("┃", "│")  # maj@k: "-"
+    assert out.rstrip().endswith("; maj@k votes on none: code_all_pass grades no one answer")
+
+
 @pytest.fixture(scope="module")
 def lora_runs(tmp_path_factory):
     """One step of LoRA training on the demo model, saved as an adapter and (same seed) merged."""
@@ -236,11 +249,45 @@ def test_eval_of_the_shipped_vision_model_sends_the_images(tmp_path, monkeypatch
 
 
 def test_maj_votes_read_no_answer_from_a_blank_or_placeholder_box_or_tag():
-    # the last box was "" before ("... \\boxed{5}. I used \\boxed{}" voted for ""); a blank one is no answer
-    assert eval_cli.extract_answer("x \\boxed{5}. I used \\boxed{}") == "5"
-    assert eval_cli.extract_answer("<answer>7</answer> in the form <answer> answer here </answer>") == "7"
-    assert eval_cli.extract_answer("\\boxed{3} \\boxed{5}") == "5"  # real answers: the last, as before
-    # every tag or box blank: the slot was left empty, no vote (before: the reasoning, "6*7 = 42", was voted for)
-    assert eval_cli.extract_answer("6*7 = 42\n<answer></answer>") is None
-    assert eval_cli.extract_answer("so 42\n\\boxed{}") is None
-    assert eval_cli.extract_answer("so 42") == "so 42"  # no tag or box at all: the stripped text, as before
+    # the vote is math_accuracy's final answer (answers.final_answer, the one rule for blank slots): the last
+    # real box, never a blank one; a completion whose every tag or box is blank casts no vote
+    from grpokit.cli.eval_votes import vote_keys, votes_of
+    from grpokit.rewards.math import math_accuracy
+
+    texts = [
+        "x \\boxed{5}. I used \\boxed{}",
+        "<answer>7</answer> in the form <answer> answer here </answer>",
+        "\\boxed{3} \\boxed{5}",  # real answers: the last
+        "6*7 = 42\n<answer></answer>",  # the slot was left empty: no vote (before PR: "6*7 = 42" was voted for)
+        "so 42\n\\boxed{}",
+        "so 42",  # no tag or box at all: the last line, as the grader reads it (math-verify finds 42)
+    ]
+    keys = vote_keys(votes_of(math_accuracy), texts, [None] * 6, [False] * 6)
+    assert keys == [("wrong", f"number {v}") if v else None for v in (5, 7, 5, None, None, 42)]
+
+
+def test_eval_votes_on_the_graders_answer_end_to_end(monkeypatch, tmp_path, capsys):
+    """--reward math_accuracy on a file: three right \\boxed{\\frac{1}{2}} after one wrong \\boxed{3} win maj@4
+    (before: the nested box was not read, every sample voted with its whole text, and sample 1 won: 0.0)."""
+    (tmp_path / "d.jsonl").write_text(json.dumps({"prompt": "Half of 1?", "answer": "\\frac{1}{2}"}) + "\n")
+    script = ["Guess: \\boxed{3}", *["so \\boxed{\\frac{1}{2}}"] * 3]
+    load = eval_cli.load_eval_model
+
+    def load_with_script(mcfg, adapter, device):  # the demo tokenizer spells digits only: ids 1000+ are the script's
+        model, tok = load(mcfg, adapter, device)
+        plain = tok.decode
+        tok.decode = lambda ids, **kw: script[ids[0] - 1000] if ids and ids[0] >= 1000 else plain(ids, **kw)
+        return model, tok
+
+    def fake_generate(model, prompt_ids, n, params, *, eos_token_ids, pad_token_id, generator=None, decode=None):
+        ids = [[1000 + j] for j in range(len(script))]
+        return Rollout(prompt_ids, ids, [[0.0]] * len(ids), ["eos"] * len(ids), n)
+
+    monkeypatch.setattr(eval_cli, "load_eval_model", load_with_script)
+    monkeypatch.setattr(eval_cli, "generate", fake_generate)
+    argv = ["--dataset", str(tmp_path / "d.jsonl"), "--reward", "math_accuracy", "--k", "1,4", "--json"]
+    assert eval_cli.main(argv) == 0
+    res = json.loads(capsys.readouterr().out)
+    # maj@1: sample 1 (3, wrong) -> 0.0; maj@4: 1/2 (3 votes) beats 3 (1 vote) -> 1.0; mean@4 = 3/4
+    assert (res["maj@1"], res["maj@4"], res["mean@4"]) == (0.0, 1.0, 0.75)
+    assert res["maj_votes_on"].startswith("math_accuracy's final answer, equal values pooled")

@@ -173,6 +173,13 @@ def test_columns_are_a_datasets_and_task_params_a_tasks(tmp_path):
         (["--task", "arithmetic", "--dataset", "x.csv"], "--task 'arithmetic' and --dataset 'x.csv' both name"),
         (["--task", ""], "--task '' evaluates --dataset instead of a task, but no --dataset is given"),
         (["--reward", "a:b", "--reward", "c:d"], "--reward is given 2 times (a:b, c:d); one function grades"),
+        # greedy decoding repeats one completion: k > 1 would count it k times (before: pass@4 printed as if drawn)
+        (
+            ["--temperature", "0", "--k", "1,4"],
+            "--temperature 0 decodes greedily, so the 4 samples of --k 1,4 would be one completion repeated, not "
+            "independent draws; give --k 1 for greedy accuracy, or leave --temperature 0 out",
+        ),
+        (["--top-k", "1"], "--top-k 1 decodes greedily, so the 8 samples of --k 1,4,8 would be one completion"),
     ],
 )
 def test_each_flag_is_checked_before_any_work(argv, message):

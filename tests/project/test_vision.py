@@ -73,6 +73,14 @@ def test_an_answer_tag_left_empty_is_no_answer_not_the_reasoning():
     assert g.vqa_accuracy(None, ["cat"], ["cat"]) == [1.0]  # no tag at all: the whole text, as before
 
 
+def test_a_blank_box_in_the_reasoning_leaves_a_real_box_the_answer():
+    # the one rule of answers.left_empty: the slot is empty only when no real tag or box is left. Before, the
+    # vision verifiers had their own copy, which dropped "put it in \\boxed{}" and then read nothing, though a
+    # real box followed (0.0, against their docstring's "when every tag and box is such")
+    assert g.choice_accuracy(None, ["Put the letter in \\boxed{}.\n\\boxed{B}"], ["B"]) == [1.0]
+    assert g.choice_accuracy(None, ["The picture shows B.\n\\boxed{}"], ["B"]) == [0.0]  # every box blank: none
+
+
 # ---------------------------------------------------------------- the shapes task
 
 

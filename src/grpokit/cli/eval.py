@@ -2,13 +2,17 @@
 
 For every prompt, n completions are sampled (``--samples``, default the largest k) and graded by
 one function: ``--reward`` when given, else the task's verifier, else the run's first reward
-function. A completion is correct when it earns that function's full reward (>= 1 - 1e-6). maj@k
-votes over the extracted answers (the text inside the last <answer> tags, else the last \\boxed{...},
-else the stripped completion; blank and placeholder tags and boxes, as "put it in \\boxed{}", are no
-answer: grpokit.rewards.answers.is_placeholder; a completion whose tags and boxes are all such left its answer
-slot empty and casts no vote). The estimators are in ``grpokit.record.passk``. A prompt
-the function cannot grade on some sample (it answers None: math_accuracy for a gold that does not
-parse) is left out of every estimate, not counted wrong; ``ungraded`` says how many.
+function. A completion is correct when it earns that function's full reward (>= 1 - 1e-6). The
+estimators are in ``grpokit.record.passk``. maj@k (self-consistency, Wang et al. 2022) votes on the
+answer that function reads, equivalent answers pooled (``eval_votes``): the samples it gave full reward
+are one vote, for the gold; the others vote with the answer it reads (math_accuracy's final answer,
+grpokit.rewards.answers.final_answer, keyed by value, so 0.5, 1/2 and \\dfrac12 are one vote; the
+arithmetic task's first <answer> tag); a sample that left its answer slot blank casts no vote; ties go
+to the answer seen first. A grader that reads no one answer (code tests, box IoU) has no maj@k (null,
+"-" in the table); ``maj_votes_on`` says what was voted on. k > 1 needs sampling: at ``--temperature 0``
+every sample is the same greedy completion, so only ``--k 1`` is valid there. A prompt the function
+cannot grade on some sample (it answers None: math_accuracy for a gold that does not parse) is left
+out of every estimate, not counted wrong; ``ungraded`` says how many.
 
 ``--model`` takes a model folder or hub id, a run folder (its newest checkpoint that verifies against its
 manifest, as ``--resume`` picks it: train/run_checkpoints.py), a checkpoint folder (refused when it does not
@@ -27,7 +31,6 @@ import dataclasses
 import functools
 import json
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -36,8 +39,8 @@ import torch
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import load_rows
 from grpokit.record.passk import summarize
-from grpokit.rewards.answers import without_placeholders
-from grpokit.rewards.inputs import model_answer, reward_inputs, reward_prompts
+from grpokit.rewards.inputs import reward_inputs, reward_prompts
+from grpokit.rewards.math import completion_text, prompt_text
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
 from grpokit.rollout.hf import generate
@@ -48,22 +51,9 @@ from grpokit.train.resume import CONFIG_FILE, RUN_FILES
 from grpokit.types import repeat_columns
 
 from .eval_settings import Target, check_flags, eval_config, grader, run_of
+from .eval_votes import Votes, vote_keys, votes_of
 
 SPLIT_DEFAULT = "test"
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-
-
-def extract_answer(text: str) -> str | None:
-    """The answer maj@k votes on (the module docstring): "in \\boxed{} ... \\boxed{5}" gives "5"."""
-    kept = without_placeholders(text)
-    for pattern in (_ANSWER, _BOXED):
-        m = pattern.findall(kept)
-        if m:
-            return m[-1].strip()
-    if kept != text:  # only blank or placeholder tags and boxes: the answer slot was left empty, no vote
-        return None
-    return kept.strip() or None
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -117,8 +107,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def run_eval(args: argparse.Namespace) -> dict:
     """``grpokit eval``: sample ``--samples`` completions of each held-out prompt and report pass@k."""
-    check_flags(args)
-    ks, n = _ks_and_samples(args)
+    ks, n = check_flags(args)
     _check_out(args.out)
     model_dir, adapter, ckpt = resolve_model(args.model)
     cfg, sampling, target = eval_config(args, model_dir, run_of(adapter or model_dir))
@@ -129,6 +118,7 @@ def run_eval(args: argparse.Namespace) -> dict:
     rows = _rows(cfg, target, args.split)
     rows = rows[: args.limit] if args.limit else rows
     fn = grader(cfg, explicit=bool(args.reward))
+    votes = votes_of(fn)
     from grpokit.train import build, episode_setup, run_data
 
     # tools: episodes, else one turn
@@ -150,7 +140,7 @@ def run_eval(args: argparse.Namespace) -> dict:
         )
 
     params = sampling_params(sampling)
-    answers, correct = _sample_and_grade(prompts, episodes, sample, tokenizer, fn, params, n, cfg.reward.convention)
+    answers, correct = _sample_and_grade(prompts, episodes, sample, tokenizer, (fn, votes), params, n, cfg.reward)
     graded = [i for i, c in enumerate(correct) if None not in c]  # None: the grader could not grade it
     if not graded:
         raise ConfigError(
@@ -168,22 +158,15 @@ def run_eval(args: argparse.Namespace) -> dict:
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "max_new_tokens": sampling.max_new_tokens,
-        **summarize([answers[i] for i in graded], [correct[i] for i in graded], ks),
+        "maj_votes_on": votes.reads,
+        **_estimates([answers[i] for i in graded], [correct[i] for i in graded], ks, votes),
     }
 
 
-def _ks_and_samples(args: argparse.Namespace) -> tuple[list[int], int]:
-    """The k of pass@k (``--k``) and the samples per prompt (``--samples``, default the largest k)."""
-    try:
-        ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
-    except ValueError:
-        ks = []
-    if not ks or ks[0] < 1:
-        raise ConfigError(f"--k {args.k!r} must list positive integers, e.g. 1,4,8")
-    n = args.samples or ks[-1]
-    if n < ks[-1]:
-        raise ConfigError(f"--samples {n} is smaller than the largest k ({ks[-1]}); pass@k needs n >= k")
-    return ks, n
+def _estimates(answers: list, correct: list, ks: list[int], votes: Votes) -> dict:
+    """pass@k, maj@k and mean@k; maj@k None where the grader reads no one answer to vote on."""
+    out = summarize(answers, correct, ks)
+    return {key: None if key.startswith("maj@") and votes.keys is None else v for key, v in out.items()}
 
 
 def _check_out(out: str | None) -> None:
@@ -213,9 +196,11 @@ def _rows(cfg: Config, target: Target, flag: str | None) -> list[dict]:
     return get_task(cfg.data.task, cfg.data.task_params).held_out_rows()
 
 
-def _sample_and_grade(prompts, episodes, sample, tokenizer, fn, params, n: int, convention: str) -> tuple[list, list]:
-    """``n`` episodes of every prompt, 32 prompts at a time: each sample's extracted answer, and
-    whether the grading function ``fn`` gave it full reward."""
+def _sample_and_grade(prompts, episodes, sample, tokenizer, grading, params, n: int, rcfg) -> tuple[list, list]:
+    """``n`` episodes of every prompt, 32 prompts at a time: each sample's vote (``eval_votes``) and whether
+    the grading function gave it full reward (None: it could not grade it). ``grading``: (the function, its
+    Votes); the votes read the completions and prompts the function was given."""
+    fn, votes = grading
     specs = [RewardSpec(fn=fn, name=getattr(fn, "__name__", "grader"), weight=1.0)]
     answers, correct = [], []
     with RewardRunner(specs, num_workers=0) as runner:
@@ -223,15 +208,17 @@ def _sample_and_grade(prompts, episodes, sample, tokenizer, fn, params, n: int, 
             chunk = prompts[s : s + 32]
             ro = episodes.run(sample, chunk, n, params)
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
-            completions, env_columns = reward_inputs(ro, texts, [p for p in chunk for _ in range(n)], convention)
+            completions, env_columns = reward_inputs(ro, texts, [p for p in chunk for _ in range(n)], rcfg.convention)
             columns = {**repeat_columns(chunk, n), **env_columns}
-            res = runner.score(reward_prompts(chunk, n, convention), completions, ro.completion_ids, n, columns)
-            if ro.episodes is not None:  # an episode's answer is its last message when the model's (none: "")
-                texts = [model_answer(e.messages) or "" if e.messages else t for e, t in zip(ro.episodes, texts)]
+            graded_prompts = reward_prompts(chunk, n, rcfg.convention)
+            res = runner.score(graded_prompts, completions, ro.completion_ids, n, columns)
             first = res.rewards_NF[:, 0]
             ok = [None if math.isnan(r) else r >= 1 - 1e-6 for r in first.tolist()]  # None: ungraded
+            # an episode's answer is its last message when the model's (none: ""), as the grader reads it
+            said = [completion_text(c) for c in completions]
+            keys = vote_keys(votes, said, [prompt_text(p) for p in graded_prompts], ok)
             for i in range(len(chunk)):
-                answers.append([extract_answer(t) for t in texts[i * n : (i + 1) * n]])
+                answers.append(keys[i * n : (i + 1) * n])
                 correct.append(ok[i * n : (i + 1) * n])
     return answers, correct
 
@@ -298,6 +285,7 @@ def describe(result: dict) -> str:
         f"{result['samples_per_prompt']} samples, temperature {result['temperature']}, top-p {result['top_p']}, "
         f"up to {result['max_new_tokens']} new tokens"
         + (f"; {result['ungraded']} ungraded prompts left out" if result.get("ungraded") else "")
+        + (f"; maj@k votes on {result['maj_votes_on']}" if result.get("maj_votes_on") else "")
     )
 
 
@@ -317,7 +305,8 @@ def main(argv: list[str]) -> int:
     for col in ("k", "pass@k", "maj@k", "mean@k"):
         table.add_column(col, justify="right")
     for k in sorted({int(key.split("@")[1]) for key in result if key.startswith("pass@")}):
-        table.add_row(str(k), *(f"{result[f'{m}@{k}']:.3f}" for m in ("pass", "maj", "mean")))
+        cells = (result[f"{m}@{k}"] for m in ("pass", "maj", "mean"))
+        table.add_row(str(k), *("-" if v is None else f"{v:.3f}" for v in cells))  # "-": no maj@k
     Console().print(table)
     print(describe(result))
     if args.out:

@@ -74,12 +74,19 @@ class Target:
     reward: str
 
 
-def check_flags(args: argparse.Namespace) -> None:
-    """The counts and the choice of rows: one sentence for the first flag that is wrong."""
+def check_flags(args: argparse.Namespace) -> tuple[list[int], int]:
+    """The counts and the choice of rows: one sentence for the first flag that is wrong. Returns the k of
+    pass@k (``--k``) and the samples per prompt (``--samples``, default the largest k)."""
+    ks, n = _ks_and_samples(args)
+    if ks[-1] > 1 and (args.temperature == 0 or args.top_k == 1):
+        greedy = "--temperature 0" if args.temperature == 0 else "--top-k 1"
+        raise ConfigError(
+            f"{greedy} decodes greedily, so the {ks[-1]} samples of --k {args.k} would be one completion repeated, "
+            f"not independent draws; give --k 1 for greedy accuracy, or leave {greedy} out (sampling as the run "
+            "did, else at temperature 1) for pass@k and maj@k with k > 1"
+        )
     if args.limit < 0:
         raise ConfigError(f"--limit {args.limit} must be >= 0 (0 = all prompts)")
-    if args.samples < 0:
-        raise ConfigError(f"--samples {args.samples} must be >= 1, or 0 for the largest k")
     if args.task and args.dataset:  # --task '' --dataset F: the old spelling of the dataset alone
         raise ConfigError(
             f"--task {args.task!r} and --dataset {args.dataset!r} both name the prompts to evaluate; give one"
@@ -90,6 +97,23 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ConfigError(
             f"--reward is given {len(args.reward)} times ({', '.join(args.reward)}); one function grades, so give one"
         )
+    return ks, n
+
+
+def _ks_and_samples(args: argparse.Namespace) -> tuple[list[int], int]:
+    """The k of pass@k (``--k``) and the samples per prompt (``--samples``, default the largest k)."""
+    try:
+        ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
+    except ValueError:
+        ks = []
+    if not ks or ks[0] < 1:
+        raise ConfigError(f"--k {args.k!r} must list positive integers, e.g. 1,4,8")
+    if args.samples < 0:
+        raise ConfigError(f"--samples {args.samples} must be >= 1, or 0 for the largest k")
+    n = args.samples or ks[-1]
+    if n < ks[-1]:
+        raise ConfigError(f"--samples {n} is smaller than the largest k ({ks[-1]}); pass@k needs n >= k")
+    return ks, n
 
 
 def check_overrides(overrides: list[str]) -> None:

@@ -9,8 +9,11 @@
                  C(n - c, k) / C(n, k) = prod_{i = n - c + 1}^{n} (1 - k / i)
     maj@k    majority vote ("self-consistency", Wang et al. 2022): take the first k answers, drop the
              unparsable ones (None), pick the most frequent answer and score whether it is correct.
-             Tie rule: among answers with the same top count, the one that appears first wins, so the
-             result is deterministic and does not depend on hashing order.
+             An answer here is a vote key: the caller makes answers the grader takes for one equal
+             (grpokit eval: 0.5, 1/2 and \\frac12 are one key, cli/eval_votes.py), else equivalent
+             answers split their votes. Tie rule: among answers with the same top count, the one that
+             appears first wins, so the result is deterministic and does not depend on hashing order;
+             the samples are drawn independently, so the first of the tied is a fair draw among them.
     mean@k   mean score of the first k samples (avg@k in some papers); with 0/1 scores it equals the
              expected pass@1 measured on k samples.
 
@@ -43,10 +46,10 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def maj_at_k(answers: Sequence[Hashable | None], correct: Sequence[bool], k: int) -> float:
     """1.0 if the majority answer among the first k samples is correct, else 0.0.
 
-    `answers[i]` is the extracted final answer of sample i (None when none could be parsed; it does
-    not vote) and `correct[i]` whether sample i was graded correct. Equal answers are expected to be
-    graded alike; the first sample carrying the winning answer decides. Ties go to the answer seen
-    first. Example: answers ["7", "5", "5", "7"], k=4 -> tie 2:2, "7" came first -> its grade.
+    `answers[i]` is sample i's vote, its final answer as a key (None when it has none; it does not vote),
+    and `correct[i]` whether sample i was graded correct. Equal keys must be graded alike (grpokit eval
+    keys a right and a wrong sample apart); the first sample carrying the winning key decides. Ties go
+    to the key seen first. Example: answers ["7", "5", "5", "7"], k=4 -> tie 2:2, "7" came first -> its grade.
     """
     if len(answers) != len(correct):
         raise ValueError(f"maj_at_k: {len(answers)} answers but {len(correct)} correctness flags")

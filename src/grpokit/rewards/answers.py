@@ -143,10 +143,18 @@ def without_placeholders(text: str) -> str:
     return _TAG.sub(lambda m: "" if is_placeholder(m.group(1)) else m.group(0), text)
 
 
-def _key(answer: str) -> str:
-    """A loose normal form for telling candidates apart: no spacing, wrappers or trailing period."""
+def text_key(answer: str) -> str:
+    """A loose normal form for telling answers apart as text: no spacing, wrappers, thousands separators or
+    trailing period, lower case ("$1,000$." and "1000" are one)."""
     a = _WRAPPERS.sub("", normalize_number_text(answer))
     return re.sub(r"\s+|\\[,;: ]", "", a).rstrip(".").lower()
+
+
+def left_empty(written: str, kept: str) -> bool:
+    """True when a completion left its answer slot empty: ``kept`` (``without_placeholders(written)``) lost a
+    tag or box that held no answer and holds no real tag or box. Such a completion has no answer (it is not
+    the reasoning before the slot), wherever grpokit reads one: `final_answer`, the vision verifiers."""
+    return kept != written and not _TAG.search(kept) and not _box_spans(kept)
 
 
 def drop_echoed_lines(completion: str, prompt: str | None) -> str:
@@ -173,15 +181,15 @@ def final_answer(completion: str, prompt: str | None = None) -> FinalAnswer:
     if phrases:
         return _found(phrases, "phrase")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if lines and text == written:  # a tag or box left blank is an answer slot left empty: no answer
+    if lines and not left_empty(written, text):
         return FinalAnswer(lines[-1], "last_line")
     return FinalAnswer(None, "none")
 
 
 def _found(answers: list[str], kind: str, extra: Sequence[str] = ()) -> FinalAnswer:
-    seen = {_key(answers[-1]): answers[-1]}
+    seen = {text_key(answers[-1]): answers[-1]}
     for a in [*answers, *extra]:
-        seen.setdefault(_key(a), a)
+        seen.setdefault(text_key(a), a)
     return FinalAnswer(answers[-1], kind, list(seen.values())[1:])
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from .answers import without_placeholders
+from .answers import left_empty, without_placeholders
 from .math import completion_text
 
 _NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
@@ -46,14 +46,24 @@ def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
     return inter / union if union > 0 else 0.0
 
 
-def _answer_part(text: str) -> str:
+def answer_part(text: str) -> str:
     """The one real `<answer>` tag's content; "" when every tag or box held no answer (the slot left empty:
-    no answer, not the reasoning before it); else the whole text."""
+    grpokit.rewards.answers.left_empty, the rule `final_answer` follows too); else the whole text."""
     kept = without_placeholders(text)  # "wrap it as <answer></answer>" is the format, not a second answer
     tagged = _ANSWER.findall(kept)
     if len(tagged) == 1:
         return tagged[0]
-    return "" if kept != text and not tagged else kept
+    return "" if left_empty(text, kept) else kept
+
+
+def choice_letters(text: str) -> set[str]:
+    """The capital letters a completion's answer names as choices: ``"(B)"`` gives {"B"}, ``"A or B"`` two."""
+    return set(_LETTER.findall(answer_part(text)))
+
+
+def count_numbers(text: str) -> list[str]:
+    """The integers a completion's answer names, in order."""
+    return re.findall(r"-?\d+", answer_part(text))
 
 
 def box_iou_reward(
@@ -63,7 +73,7 @@ def box_iou_reward(
     No box, or more than one: 0 (hedge-proof); the share without any box is logged."""
     out, missing = [], 0
     for completion, gold in zip(completions, answer):
-        boxes = parse_boxes(_answer_part(completion_text(completion)))
+        boxes = parse_boxes(answer_part(completion_text(completion)))
         gold_box = parse_boxes(gold)[0] if isinstance(gold, str) else tuple(float(v) for v in gold)
         missing += not boxes
         out.append(box_iou(boxes[0], gold_box) if len(boxes) == 1 else 0.0)
@@ -85,7 +95,7 @@ def vqa_accuracy(
     """1 when the normalised answer equals the normalised gold answer (or one of a list of them)."""
     out = []
     for completion, gold in zip(completions, answer):
-        said = normalize_answer(_answer_part(completion_text(completion)))
+        said = normalize_answer(answer_part(completion_text(completion)))
         golds = gold if isinstance(gold, (list, tuple)) else [gold]
         out.append(1.0 if said and said in {normalize_answer(g) for g in golds} else 0.0)
     return out
@@ -97,7 +107,7 @@ def count_reward(
     """1 when the completion holds exactly one integer and it is the gold count; several numbers: 0."""
     out = []
     for completion, gold in zip(completions, answer):
-        numbers = re.findall(r"-?\d+", _answer_part(completion_text(completion)))
+        numbers = count_numbers(completion_text(completion))
         out.append(1.0 if len(numbers) == 1 and numbers[0] == str(gold).strip() else 0.0)
     return out
 
@@ -109,11 +119,11 @@ def choice_accuracy(
     two different letters ("A or B"): 0."""
     out = []
     for completion, gold in zip(completions, answer):
-        letters = set(_LETTER.findall(_answer_part(completion_text(completion))))
+        letters = choice_letters(completion_text(completion))
         out.append(1.0 if len(letters) == 1 and letters == {str(gold).strip().strip("()").upper()} else 0.0)
     return out
 
 
 def box_format(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
     """Format reward: 1 when the completion holds exactly one box in a recognised form."""
-    return [1.0 if len(parse_boxes(_answer_part(completion_text(c)))) == 1 else 0.0 for c in completions]
+    return [1.0 if len(parse_boxes(answer_part(completion_text(c)))) == 1 else 0.0 for c in completions]

@@ -68,7 +68,7 @@ def completion_text(completion: Any) -> str:
     return str(completion)
 
 
-def _prompt_text(prompt: Any) -> str | None:
+def prompt_text(prompt: Any) -> str | None:
     """The text of a prompt: a string, or every message's content of a conversational prompt."""
     if prompt is None or isinstance(prompt, str):
         return prompt
@@ -153,6 +153,13 @@ class AnswerOverLimit(ValueError):
     """The final answer is too big to check (grpokit.rewards.answer_limits): it scores 0, as ``limits``."""
 
 
+def prediction_text(found: FinalAnswer) -> str:
+    """What math-verify parses for a final answer: a tag's content is a bare answer ("1/2"), a box is re-boxed;
+    phrases and lines go as written, so that its own extraction finds the number in "so it is 42 apples"."""
+    text = found.text or ""
+    return {"answer_tag": _as_math(text), "boxed": f"$\\boxed{{{text}}}$"}.get(found.kind, text)
+
+
 def _verify_item(gold: str, prediction: str, prompt: str | None, allow_multiple: bool) -> tuple[float | None, str]:
     """(score, why it is over a limit or ""): `_verify_one` in a pool worker."""
     try:
@@ -174,10 +181,7 @@ def _verify_one(gold: str, prediction: str, prompt: str | None = None, allow_mul
         raise AnswerOverLimit(too_big)
     if allow_multiple and found.kind != "answer_tag":  # a set gold: let math-verify gather every box
         found = FinalAnswer(without_placeholders(drop_echoed_lines(prediction, prompt)), "text")
-    # Tag contents are bare answers ("1/2"); boxes are re-boxed; phrases and lines go to math-verify as
-    # written, so that its own extraction finds the number in "so it is 42 apples".
-    text = {"answer_tag": _as_math(found.text), "boxed": f"$\\boxed{{{found.text}}}$"}.get(found.kind, found.text)
-    pred_parsed = _parse(text)
+    pred_parsed = _parse(prediction_text(found))
     if not pred_parsed:
         return 0.0
     if not allow_multiple:  # the one-answer rule (grpokit.rewards.answers): a hedge earns nothing
@@ -238,7 +242,7 @@ class MathVerifyPool:
         """
         prompts = [None] * len(golds) if prompts is None else prompts
         tasks = [
-            (_verify_item, (str(g), completion_text(p), _prompt_text(q), allow_multiple), {})
+            (_verify_item, (str(g), completion_text(p), prompt_text(q), allow_multiple), {})
             for g, p, q in zip(golds, predictions, prompts)
         ]
         with timed_elsewhere():  # each answer holds its own budget: not the calling reward's deadline
