@@ -116,13 +116,18 @@ def tag_result_text(contents: list[str]) -> str:
     return "".join(f"{RESULT_OPEN}{c}{RESULT_CLOSE}" for c in contents)
 
 
-def template_suffix_ids(tokenizer, tool_messages: list[dict[str, Any]], tools: list | None = None) -> list[int]:
+def template_suffix_ids(
+    tokenizer, tool_messages: list[dict[str, Any]], tools: list | None = None, **template_kwargs
+) -> list[int]:
     """Tokens the chat template puts after an assistant turn with tool calls: the tool messages
     and the next assistant header. Computed on a short stand-in conversation, with and without the
-    tool messages; the prefix must be preserved by the template (TRL requires the same)."""
+    tool messages; the prefix must be preserved by the template (TRL requires the same).
+    ``template_kwargs`` are the run's ``data.chat_template_kwargs`` (TRL's chat_template_kwargs), as the
+    prompt was rendered with: the next assistant header is the template's generation prompt, which they
+    shape (Qwen3's enable_thinking=False writes an empty think block into it)."""
     calls = [{"type": "function", "function": {"name": m["name"], "arguments": {}}} for m in tool_messages]
     head = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": calls}]
-    kw = {"tools": tools} if tools else {}
+    kw = {**template_kwargs, **({"tools": tools} if tools else {})}
     prefix = list(tokenizer.apply_chat_template(head, tokenize=True, return_dict=False, **kw))
     full = list(
         tokenizer.apply_chat_template(

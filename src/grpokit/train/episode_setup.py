@@ -40,7 +40,9 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
         max_observation_chars=e.max_observation_chars,
         max_failure_fraction=e.max_failure_fraction,
     )
-    runner = EpisodeRunner(spec, tokenizer, tools=fns, environment_factory=factory)
+    runner = EpisodeRunner(
+        spec, tokenizer, tools=fns, environment_factory=factory, template_kwargs=cfg.data.chat_template_kwargs
+    )
     if fmt == "chat_template":  # a reset() observation joins the last user message, re-rendered with the row's tools
         runner.render_prompt = lambda raw, obs, schemas: list(
             tokenizer(
