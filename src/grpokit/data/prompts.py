@@ -294,9 +294,14 @@ def _vision_prompts(rows: list[dict[str, Any]], processor, cfg: DataConfig, tool
         raise ConfigError(
             "tools and environments with image prompts are not supported yet; drop env.tools or the image column"
         )
+    if cfg.chat_template == "never":  # the placeholders the images' tokens expand from are the template's
+        raise ConfigError(
+            "data.chat_template=never but the data has images, whose places in the prompt only the processor's chat "
+            "template writes; set data.chat_template=auto (or always), or drop the image column"
+        )
     out = []
     for i, r in enumerate(rows):
-        text, ids, vision = encode_prompt(r, i, processor, cfg.system_prompt)
+        text, ids, vision = encode_prompt(r, i, processor, cfg.system_prompt, cfg.chat_template_kwargs)
         out.append(
             Prompt(
                 text=text,

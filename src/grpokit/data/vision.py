@@ -89,9 +89,13 @@ def vision_messages(prompt: Any, n_images: int, system_prompt: str = "") -> list
     return messages
 
 
-def encode_prompt(row: dict[str, Any], index: int, processor, system_prompt: str = "") -> tuple[str, list[int], dict]:
+def encode_prompt(
+    row: dict[str, Any], index: int, processor, system_prompt: str = "", template_kwargs: dict | None = None
+) -> tuple[str, list[int], dict]:
     """``(text, ids, vision)`` of one image row: the processor's prompt with each image's tokens
-    expanded, and its image tensors (``pixel_values``, ``image_grid_thw`` ...)."""
+    expanded, and its image tensors (``pixel_values``, ``image_grid_thw`` ...). ``template_kwargs`` are
+    apply_chat_template's extra keywords (data.chat_template_kwargs; TRL passes its chat_template_kwargs
+    to the processor's template alike)."""
     images = row_images(row, index)
     messages = vision_messages(row["prompt"], len(images), system_prompt)
     parts = sum(1 for m in messages if isinstance(m["content"], list) for c in m["content"] if c.get("type") == "image")
@@ -104,7 +108,9 @@ def encode_prompt(row: dict[str, Any], index: int, processor, system_prompt: str
         raise ConfigError(
             "the processor has no chat template, so image placeholders cannot be written; give a processor with one"
         )
-    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    text = processor.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False, **(template_kwargs or {})
+    )
     enc = processor(text=[text], images=images or None, return_tensors="pt")
     vision = {
         k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
