@@ -134,7 +134,8 @@ class DataConfig:
     """Column holding the gold answer; reward functions receive it as `answer` and under its own name (empty: none)."""
     system_prompt: str = ""
     """System message prepended when a chat template is applied; refused when a prompt would not go through one
-    (no template, chat_template=never, a plain-text prompt with conversational), where it would be dropped."""
+    (no template, chat_template=never, a plain-text prompt with conversational) or when a row carries a system
+    message of its own (a conversation has one), where it would be dropped."""
     chat_template: str = "auto"
     """"auto" (apply the tokenizer's chat template when it has one), "always", "never", or "conversational" (only to
     prompts that are lists of chat messages; plain-text prompts are used as written, as TRL does)."""

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from grpokit.config.sections import ConfigError
+from grpokit.data.system_prompt import with_system_prompt
 
 IMAGE_COLUMNS = ("image", "images")
 """Columns that hold a row's images (TRL's names)."""
@@ -84,9 +85,7 @@ def vision_messages(prompt: Any, n_images: int, system_prompt: str = "") -> list
         messages = [
             {"role": "user", "content": [{"type": "image"}] * n_images + [{"type": "text", "text": str(prompt)}]}
         ]
-    if system_prompt and not any(m.get("role") == "system" for m in messages):
-        messages = [{"role": "system", "content": [{"type": "text", "text": system_prompt}]}, *messages]
-    return messages
+    return with_system_prompt(messages, system_prompt, lambda text: [{"type": "text", "text": text}])
 
 
 def encode_prompt(
