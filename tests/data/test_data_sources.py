@@ -177,3 +177,29 @@ def test_rows_passed_in_have_their_prompts_checked_and_render_prompt_never_strin
         ConfigError, match=r"a prompt is a text, or a list of chat messages .*, not a NoneType \(None\)"
     ):
         render_prompt(None, char_tokenizer(), DataConfig())  # before: the text "None"
+
+
+def test_a_system_prompt_beside_rows_with_their_own_system_message_is_refused():
+    from grpokit.data import render_prompt
+    from helpers.models import char_tokenizer
+
+    tok = char_tokenizer()
+    tok.chat_template = "{% for m in messages %}<{{ m['role'][0] }}>{{ m['content'] }}{% endfor %}"
+    own = [{"role": "system", "content": "be"}, {"role": "user", "content": "ab"}]
+    rows = [{"prompt": own}, {"prompt": "cd"}, {"prompt": own}]
+    cfg = DataConfig(system_prompt="hi")
+    with pytest.raises(ConfigError) as e:  # before: rows 1 and 3 kept only "be", row 2 got "hi"
+        to_prompts(rows, tok, cfg, source="'d.jsonl'")
+    assert str(e.value) == (
+        "data.system_prompt is set but rows 1, 3 of 'd.jsonl' carry a system message already, and a conversation "
+        "has only one, so one of the two texts would be dropped; leave data.system_prompt empty, or remove the "
+        "system messages from the rows (writing data.system_prompt's text into them where both are wanted)"
+    )
+    with pytest.raises(ConfigError, match=r"^data.system_prompt is set but the prompt carries a system message"):
+        render_prompt(own, tok, cfg)
+    # either one alone: the row's own system message, or data.system_prompt before every row
+    assert [p.text for p in to_prompts(rows, tok, DataConfig())] == ["<s>be<u>ab", "<u>cd", "<s>be<u>ab"]
+    assert [p.text for p in to_prompts(rows[1:2] * 2, tok, cfg)] == ["<s>hi<u>cd"] * 2
+    # more than five rows: the first five named and the count
+    with pytest.raises(ConfigError, match=r"but rows 1, 2, 3, 4, 5 \.\.\. \(7 of 8\) of the data carry"):
+        to_prompts([{"prompt": own}] * 7 + [{"prompt": "cd"}], tok, cfg)

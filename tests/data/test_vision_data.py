@@ -162,3 +162,35 @@ def test_processor_of_a_hub_name_loads_from_the_hub_cache(tmp_path):
         env={**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"},
     )
     assert out.stdout.strip().splitlines()[-1] == "Qwen2VLProcessor", out.stderr[-500:]
+
+
+def test_image_prompts_take_chat_template_kwargs_and_refuse_never():
+    proc = vision.load_processor(str(shapes.shapes_model_path()))
+    # the shipped processor's template, with a generation prompt that shows a keyword of chat_template_kwargs
+    proc.chat_template = proc.chat_template.replace(
+        "{% if add_generation_prompt %}={% endif %}",
+        "{% if add_generation_prompt %}={% if brief %}how{% endif %}{% endif %}",
+    )
+    rows = [{"prompt": "how many shapes?", "image": _scene(2), "answer": "1"}]
+    (p,) = to_prompts(rows, proc.tokenizer, DataConfig(chat_template_kwargs={"brief": True}), processor=proc)
+    # a plain-text prompt: its image in front, then the text, then the generation prompt with the keyword's word
+    # (before: the processor's template was called without the keywords, and the word was missing)
+    assert p.text == "<|vision_start|><|image_pad|><|vision_end|>how many shapes?=how"
+    (p,) = to_prompts(rows, proc.tokenizer, DataConfig(), processor=proc)
+    assert p.text == "<|vision_start|><|image_pad|><|vision_end|>how many shapes?="
+    # never: only the template writes where the image goes, so the setting cannot be honoured
+    with pytest.raises(ConfigError, match=r"^data.chat_template=never but the data has images"):
+        to_prompts(rows, proc.tokenizer, DataConfig(chat_template="never"), processor=proc)
+
+
+def test_image_rows_with_their_own_system_message_refuse_data_system_prompt():
+    proc = vision.load_processor(str(shapes.shapes_model_path()))
+    own = [{"role": "system", "content": "be"}, {"role": "user", "content": "how many shapes?"}]
+    rows = [{"prompt": own, "image": _scene(2), "answer": "1"}]
+    with pytest.raises(ConfigError, match=r"^data.system_prompt is set but row 1 of the data carries a system message"):
+        to_prompts(rows, proc.tokenizer, DataConfig(system_prompt="hi"), processor=proc)
+    # the shipped template writes every message's text in order: the system's, the image, the question
+    (p,) = to_prompts(rows, proc.tokenizer, DataConfig(), processor=proc)
+    assert p.text == "be<|vision_start|><|image_pad|><|vision_end|>how many shapes?="
+    with pytest.raises(ConfigError, match=r"^data.system_prompt is set but the prompt carries"):
+        vision.vision_messages(own, 1, "hi")

@@ -73,6 +73,19 @@ def test_a_trl_machinery_method_called_directly_stops_in_one_sentence(chat_model
     assert tr.processing_class.decode(ids[0]) == "<user>say ab\n<assistant>" and images is None and fields == {}
 
 
+def test_tokenize_prompts_renders_with_chat_template_kwargs(chat_model, tmp_path):
+    """TRL's _tokenize_prompts passes chat_template_kwargs to the template (before: dropped)."""
+    args = small_args(GRPOConfig, tmp_path / "run", chat_template_kwargs={"brief": True})
+    tr = GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=args)
+    # the chat model's template, with a generation prompt that shows the keyword
+    tr.processing_class.chat_template = (
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% if brief %}brief {% endif %}{% endif %}"
+    )
+    ids, _, _ = tr._tokenize_prompts([[{"role": "user", "content": "say ab"}]])
+    assert tr.processing_class.decode(ids[0]) == "<user>say ab\n<assistant>brief "
+
+
 def test_a_subclass_log_sees_every_entry_and_super_writes_it(chat_model, tmp_path):
     class Tagged(GRPOTrainer):
         seen: list = []

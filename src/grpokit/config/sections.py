@@ -134,7 +134,8 @@ class DataConfig:
     """Column holding the gold answer; reward functions receive it as `answer` and under its own name (empty: none)."""
     system_prompt: str = ""
     """System message prepended when a chat template is applied; refused when a prompt would not go through one
-    (no template, chat_template=never, a plain-text prompt with conversational), where it would be dropped."""
+    (no template, chat_template=never, a plain-text prompt with conversational) or when a row carries a system
+    message of its own (a conversation has one), where it would be dropped."""
     chat_template: str = "auto"
     """"auto" (apply the tokenizer's chat template when it has one), "always", "never", or "conversational" (only to
     prompts that are lists of chat messages; plain-text prompts are used as written, as TRL does)."""
@@ -236,8 +237,9 @@ class EnvConfig:
     tool_format: str = "auto"
     """How calls and results are written: "chat_template" (the tokenizer's tool format), "tags"
     (<tool_call>..</tool_call>, <tool_result>..</tool_result>; the prompt does not list the tools) or "auto"
-    (chat_template when the tokenizer's template shows tools; one that ignores them falls back to tags with a
-    warning, and is refused with chat_template)."""
+    (chat_template when the tokenizer's template shows tools; one that ignores them, or cannot write the tokens
+    after a tool call because it renders earlier turns differently once a tool message follows, falls back to tags
+    with a warning, and is refused with chat_template; Qwen3's gets grpokit's rewrite for those tokens instead)."""
     tool_timeout_s: float = 10.0
     """Time limit of one tool call; a call that runs over becomes an error message in the episode."""
     episode_timeout_s: float = 60.0

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError, DataConfig
+from grpokit.data.system_prompt import check_system_prompt, with_system_prompt
 from grpokit.data.vision import encode_prompt, has_images
 from grpokit.rewards.spec import RESERVED_KEYWORDS
 from grpokit.types import Prompt
@@ -230,8 +231,7 @@ def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = 
             return "\n".join(str(m.get("content", "")) for m in prompt)
         return prompt
     messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-    if cfg.system_prompt and not any(m.get("role") == "system" for m in messages):
-        messages = [{"role": "system", "content": cfg.system_prompt}, *messages]
+    messages = with_system_prompt(messages, cfg.system_prompt)
     kw = {**cfg.chat_template_kwargs, **({"tools": tools} if tools else {})}
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kw)
 
@@ -251,6 +251,7 @@ def to_prompts(
     check_columns(dict.fromkeys(k for r in rows for k in r), source)
     for n, r in enumerate(rows, 1):
         check_prompt(r.get("prompt"), f"row {n} of {source}")
+    check_system_prompt([r["prompt"] for r in rows], cfg.system_prompt, source)
     if has_images(rows):
         return _vision_prompts(rows, processor, cfg, tools(rows[0]) if callable(tools) else tools)
     check_template_settings([r["prompt"] for r in rows], tokenizer, cfg)
@@ -294,9 +295,14 @@ def _vision_prompts(rows: list[dict[str, Any]], processor, cfg: DataConfig, tool
         raise ConfigError(
             "tools and environments with image prompts are not supported yet; drop env.tools or the image column"
         )
+    if cfg.chat_template == "never":  # the placeholders the images' tokens expand from are the template's
+        raise ConfigError(
+            "data.chat_template=never but the data has images, whose places in the prompt only the processor's chat "
+            "template writes; set data.chat_template=auto (or always), or drop the image column"
+        )
     out = []
     for i, r in enumerate(rows):
-        text, ids, vision = encode_prompt(r, i, processor, cfg.system_prompt)
+        text, ids, vision = encode_prompt(r, i, processor, cfg.system_prompt, cfg.chat_template_kwargs)
         out.append(
             Prompt(
                 text=text,

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from grpokit.config.sections import ConfigError
+from grpokit.data.system_prompt import with_system_prompt
 
 IMAGE_COLUMNS = ("image", "images")
 """Columns that hold a row's images (TRL's names)."""
@@ -84,14 +85,16 @@ def vision_messages(prompt: Any, n_images: int, system_prompt: str = "") -> list
         messages = [
             {"role": "user", "content": [{"type": "image"}] * n_images + [{"type": "text", "text": str(prompt)}]}
         ]
-    if system_prompt and not any(m.get("role") == "system" for m in messages):
-        messages = [{"role": "system", "content": [{"type": "text", "text": system_prompt}]}, *messages]
-    return messages
+    return with_system_prompt(messages, system_prompt, lambda text: [{"type": "text", "text": text}])
 
 
-def encode_prompt(row: dict[str, Any], index: int, processor, system_prompt: str = "") -> tuple[str, list[int], dict]:
+def encode_prompt(
+    row: dict[str, Any], index: int, processor, system_prompt: str = "", template_kwargs: dict | None = None
+) -> tuple[str, list[int], dict]:
     """``(text, ids, vision)`` of one image row: the processor's prompt with each image's tokens
-    expanded, and its image tensors (``pixel_values``, ``image_grid_thw`` ...)."""
+    expanded, and its image tensors (``pixel_values``, ``image_grid_thw`` ...). ``template_kwargs`` are
+    apply_chat_template's extra keywords (data.chat_template_kwargs; TRL passes its chat_template_kwargs
+    to the processor's template alike)."""
     images = row_images(row, index)
     messages = vision_messages(row["prompt"], len(images), system_prompt)
     parts = sum(1 for m in messages if isinstance(m["content"], list) for c in m["content"] if c.get("type") == "image")
@@ -104,7 +107,9 @@ def encode_prompt(row: dict[str, Any], index: int, processor, system_prompt: str
         raise ConfigError(
             "the processor has no chat template, so image placeholders cannot be written; give a processor with one"
         )
-    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    text = processor.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False, **(template_kwargs or {})
+    )
     enc = processor(text=[text], images=images or None, return_tensors="pt")
     vision = {
         k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")

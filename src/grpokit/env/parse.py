@@ -116,19 +116,22 @@ def tag_result_text(contents: list[str]) -> str:
     return "".join(f"{RESULT_OPEN}{c}{RESULT_CLOSE}" for c in contents)
 
 
-def template_suffix_ids(tokenizer, tool_messages: list[dict[str, Any]], tools: list | None = None) -> list[int]:
+def template_suffix_ids(
+    tokenizer, tool_messages: list[dict[str, Any]], tools: list | None = None, **template_kwargs
+) -> list[int]:
     """Tokens the chat template puts after an assistant turn with tool calls: the tool messages
     and the next assistant header. Computed on a short stand-in conversation, with and without the
-    tool messages; the prefix must be preserved by the template (TRL requires the same)."""
-    calls = [{"type": "function", "function": {"name": m["name"], "arguments": {}}} for m in tool_messages]
-    head = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": calls}]
-    kw = {"tools": tools} if tools else {}
-    prefix = list(tokenizer.apply_chat_template(head, tokenize=True, return_dict=False, **kw))
-    full = list(
-        tokenizer.apply_chat_template(
-            head + tool_messages, tokenize=True, add_generation_prompt=True, return_dict=False, **kw
-        )
-    )
+    tool messages (as TRL's _get_tool_suffix_ids); the template must keep the prefix, which the run checks
+    before its first step (env/templates.py, where a known template that does not gets grpokit's rewrite,
+    passed here as ``chat_template``). ``template_kwargs`` are the run's ``data.chat_template_kwargs``
+    (TRL's chat_template_kwargs), as the prompt was rendered with: the next assistant header is the
+    template's generation prompt, which they shape (Qwen3's enable_thinking=False writes an empty think
+    block into it)."""
+    kw = {**template_kwargs, **({"tools": tools} if tools else {})}
+    try:
+        prefix, full = _stand_in(tokenizer, tool_messages, {}, kw)
+    except TypeError:  # a template that writes the arguments as text (DeepSeek-V3's): TRL's fallback too
+        prefix, full = _stand_in(tokenizer, tool_messages, "{}", kw)
     eos = tokenizer.eos_token_id
     if eos in prefix:  # the sampled turn ends at the end-of-turn token; what the template adds after it is suffix
         prefix = prefix[: len(prefix) - prefix[::-1].index(eos)]
@@ -140,7 +143,19 @@ def template_suffix_ids(tokenizer, tool_messages: list[dict[str, Any]], tools: l
     return full[len(prefix) :]
 
 
-_PROBE_TOOL = {
+def _stand_in(tokenizer, tool_messages: list[dict[str, Any]], arguments: Any, kw: dict) -> tuple[list, list]:
+    """The stand-in conversation's tokens without and with the tool messages (the latter with the generation
+    prompt); its assistant turn calls each message's tool with ``arguments``."""
+    calls = [{"type": "function", "function": {"name": m["name"], "arguments": arguments}} for m in tool_messages]
+    head = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": calls}]
+    prefix = list(tokenizer.apply_chat_template(head, tokenize=True, return_dict=False, **kw))
+    full = tokenizer.apply_chat_template(
+        head + tool_messages, tokenize=True, add_generation_prompt=True, return_dict=False, **kw
+    )
+    return prefix, list(full)
+
+
+PROBE_TOOL = {
     "type": "function",
     "function": {
         "name": "probe_tool",
@@ -152,6 +167,7 @@ _PROBE_TOOL = {
         },
     },
 }
+"""A stand-in tool's schema, for the checks of a chat template made before a run starts."""
 
 
 def template_shows_tools(tokenizer, **template_kwargs) -> bool:
@@ -163,7 +179,7 @@ def template_shows_tools(tokenizer, **template_kwargs) -> bool:
     kw = {"tokenize": False, "add_generation_prompt": True, **template_kwargs}
     try:
         bare = tokenizer.apply_chat_template(messages, **kw)
-        shown = tokenizer.apply_chat_template(messages, tools=[_PROBE_TOOL], **kw)
+        shown = tokenizer.apply_chat_template(messages, tools=[PROBE_TOOL], **kw)
     except Exception:
         return False
     return shown != bare

@@ -116,8 +116,12 @@ class EpisodeRunner:
         environment_factory: Factory | dict[str, Factory] | None = None,
         render_prompt: Callable[..., list[int]] | None = None,
         route_key: str = "environment",
+        template_kwargs: dict[str, Any] | None = None,
     ):
         self.spec, self.tokenizer = spec, tokenizer
+        # apply_chat_template's extra keywords for the tool results (data.chat_template_kwargs): the same as the
+        # prompts', so a later turn's assistant header is the first turn's (Qwen3's enable_thinking=False)
+        self.template_kwargs = dict(template_kwargs or {})
         self.tools = list(tools or [])
         self.factory = environment_factory  # as given: one factory, a dict of named ones, or None
         self.named = isinstance(environment_factory, dict)
@@ -366,7 +370,7 @@ class EpisodeRunner:
                 self.tokenizer(tag_result_text([r.content for r in results]), add_special_tokens=False)["input_ids"]
             )
         messages = [{"role": "tool", "name": r.name, "content": r.content} for r in results]
-        return template_suffix_ids(self.tokenizer, messages, self._env_schemas(env))
+        return template_suffix_ids(self.tokenizer, messages, self._env_schemas(env), **self.template_kwargs)
 
     def _env_schemas(self, env) -> list[dict] | None:
         """The schemas the episode's prompt was rendered with (its environment's tools)."""

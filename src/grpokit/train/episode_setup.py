@@ -27,7 +27,7 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
         fns = list(task.tools)
     factory = environment_factory or resolve_environment(e.environment)
     multi = bool(fns) or bool(factory)
-    fmt = tool_format(cfg, tokenizer, multi)
+    fmt, template_kwargs = suffix_settings(cfg, tokenizer, tool_format(cfg, tokenizer, multi), multi)
     spec = EpisodeSpec(
         max_turns=e.max_turns if multi else 1,
         max_episode_tokens=e.max_episode_tokens,
@@ -40,7 +40,7 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
         max_observation_chars=e.max_observation_chars,
         max_failure_fraction=e.max_failure_fraction,
     )
-    runner = EpisodeRunner(spec, tokenizer, tools=fns, environment_factory=factory)
+    runner = EpisodeRunner(spec, tokenizer, tools=fns, environment_factory=factory, template_kwargs=template_kwargs)
     if fmt == "chat_template":  # a reset() observation joins the last user message, re-rendered with the row's tools
         runner.render_prompt = lambda raw, obs, schemas: list(
             tokenizer(
@@ -79,3 +79,36 @@ def tool_format(cfg: Config, tokenizer, multi: bool) -> str:
         "and that format in your prompts"
     )
     return "tags"
+
+
+def suffix_settings(cfg: Config, tokenizer, fmt: str, multi: bool) -> tuple[str, dict]:
+    """The format and the template keywords of the tokens after a tool call, checked before the first step
+    (env/templates.py): a chat template that cannot write them (it does not keep the conversation's prefix when
+    a tool message follows, and grpokit knows no rewrite of it) used to fail at the first tool call, mid-step;
+    now auto falls back to tags with one warning and chat_template set explicitly is refused. Qwen3's template
+    gets grpokit's rewrite for the suffix (TRL swaps in its training template for the same reason)."""
+    from grpokit.env.templates import suffix_keywords
+
+    kwargs = dict(cfg.data.chat_template_kwargs)
+    if fmt != "chat_template" or not multi:
+        return fmt, kwargs
+    keywords, why = suffix_keywords(tokenizer, kwargs)
+    if keywords is not None:
+        if "chat_template" in keywords:
+            log.info(
+                "grpokit: the chat template renders an assistant turn differently once a tool message follows it; "
+                "the tokens after a tool call come from grpokit's prefix-keeping rewrite of it (the same tokens)"
+            )
+        return fmt, keywords
+    if cfg.env.tool_format == "chat_template":
+        raise ConfigError(
+            f"env.tool_format=chat_template but this tokenizer's chat template cannot write the tokens after a tool "
+            f"call: {why}, and grpokit knows no rewrite of it; use env.tool_format=tags and describe the tools and "
+            "that format in the prompts, or a chat template that renders earlier turns alike whatever follows them"
+        )
+    log.warning(
+        f"grpokit: warning: env.tool_format=auto: this tokenizer's chat template cannot write the tokens after a "
+        f"tool call ({why}), so episodes use the tags format (<tool_call>NAME: ARGS</tool_call>), which does not "
+        "list the tools in the prompt: describe them and that format in your prompts"
+    )
+    return "tags", kwargs

@@ -45,10 +45,11 @@ class TrlMethods:
 
     def _tokenize_prompts(self, prompts: list):
         """TRL's: ``(prompt_ids, images, multimodal_fields)``; chat-message prompts go through the chat
-        template with the generation prompt, text prompts are tokenized as written (text prompts only)."""
-        tok = self.processing_class
+        template with the generation prompt and chat_template_kwargs, as TRL renders them, text prompts are
+        tokenized as written (text prompts only)."""
+        tok, kw = self.processing_class, dict(self.chat_template_kwargs or {})
         if prompts and isinstance(prompts[0], list):
-            texts = [tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+            texts = [tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True, **kw) for p in prompts]
             ids = tok(text=texts, add_special_tokens=False)["input_ids"]
         else:
             ids = tok(text=prompts)["input_ids"]
