@@ -40,6 +40,7 @@ from .learning_checks import (
     check_truncation,
     check_zero_std,
 )
+from .nonfinite_checks import check_nonfinite
 from .report_data import Run
 from .run_series import heldout_series, last_step
 from .signal_checks import (
@@ -91,6 +92,7 @@ CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] 
     check_kl_pinned,
     check_clip_asymmetry,
     check_tight_clip,
+    check_nonfinite,
     check_grad_spikes,
     check_mismatch,
     check_reward_failures,

@@ -2,7 +2,8 @@
 
 "early" is the mean of a metric's first ``window`` values, "recent" of its last ``window``, with the
 window shrunk to a third of the run for short runs; trend checks need at least 6 values. Non-finite
-and non-numeric values are skipped.
+and non-numeric values are skipped here; the doctor's `nonfinite_steps` check (nonfinite_checks.py) names
+the non-finite values of health.nonfinite_keys.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ throughput. Each returns a ``Finding`` or None.
 
 from __future__ import annotations
 
-import math
 import statistics
 
 from grpokit.config.health import HealthConfig
@@ -88,34 +87,24 @@ def _again(run: Run) -> str:
 
 
 def check_grad_spikes(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """Gradient norms far above the run's median; the steps whose norm was NaN or inf are `nonfinite_steps`'
+    (nonfinite_checks.py)."""
     # a step of several updates logs their mean as grad_norm and the largest as grad_norm/max: a spike is the max
     pts = values(run, "grad_norm/max") or values(run, "grad_norm")
     med = statistics.median(v for _, v in pts) if len(pts) >= 6 else 0.0  # a median of fewer is no baseline
     spikes = [(s, v) for s, v in pts if med > 0 and v > dc.grad_spike_ratio * med]
-    bad = [
-        int(r["step"])
-        for r in run.metrics
-        for k in hc.nonfinite_keys  # the keys the live NaN alarm reads
-        if isinstance(r.get(k), float) and not math.isfinite(r[k]) and isinstance(r.get("step"), (int, float))
-    ]
-    if not spikes and not bad:
+    if not spikes:
         return None
     ev = ", ".join(f"step {s}: {v:.3g}" for s, v in spikes[:5]) + (
         f" (+{len(spikes) - 5} more)" if len(spikes) > 5 else ""
     )
-    ev = f"gradient norm spikes over {dc.grad_spike_ratio:g}x the median {med:.3g}: {ev}" if spikes else ""
-    ev += (
-        (("; " if ev else "") + f"non-finite {' or '.join(hc.nonfinite_keys)} at steps {sorted(set(bad))[:8]}")
-        if bad
-        else ""
-    )
     return Finding(
         "grad_spikes",
-        "Gradient norm spikes" + (" and non-finite steps" if bad else ""),
-        ev,
+        "Gradient norm spikes",
+        f"gradient norm spikes over {dc.grad_spike_ratio:g}x the median {med:.3g}: {ev}",
         f"read the samples of those steps; lower optim.lr ({config_value(run, 'optim.lr')}), keep gradient clipping on "
         f"(optim.max_grad_norm={config_value(run, 'optim.max_grad_norm')}), prefer bf16 over fp16",
-        0.65 if bad else 0.5,
+        0.5,
     )
 
 
