@@ -102,3 +102,51 @@ def test_a_row_without_the_update_keys_breaks_no_streak_of_the_live_monitor() ->
     assert monitor.nonfinite_streak == 1
     monitor.observe({"loss": NAN}, 3)
     assert monitor.nonfinite_streak == 2 and monitor._fatal is not None
+
+
+def test_every_metric_the_doctor_reads_is_named_when_non_finite(tmp_path: Path) -> None:
+    """kl inf at steps 46-60: 15 of 60 in a row (>= 3): an error, on the KL panel, with what such a KL means;
+    one NaN entropy (step 50) alone: a warning at 0.5 (no update was skipped); a NaN per-function mean
+    (rewards/math/mean: a domain's function scores nothing in a step without its groups) is no finding."""
+    found = diagnose(load_run(_with(tmp_path / "kl", range(46, 61), kl=math.inf)))
+    assert [(f.code, f.level, f.panel, f.steps) for f in found] == [("nonfinite_steps", "error", "kl", (46, 60))]
+    assert found[0].title == "Non-finite kl (the run went bad)"
+    assert found[0].evidence == (
+        "kl non-finite at 15 of 60 steps (46-60), 15 in a row "
+        "(a run of grpokit's stops at health.max_nonfinite_steps=3)"
+    )
+    assert found[0].advice.startswith("a KL that overflows means a policy far from the reference")
+    found = diagnose(load_run(_with(tmp_path / "entropy", (50,), entropy=NAN)))
+    assert [(f.code, f.level, f.score) for f in found] == [("nonfinite_steps", "warning", 0.5)]
+    assert found[0].evidence == "entropy non-finite at 1 of 60 steps (50)"
+    assert diagnose(load_run(_with(tmp_path / "component", (50,), **{"rewards/math/mean": NAN}))) == []
+
+
+def test_a_non_finite_reward_is_named_with_the_update_series_first(tmp_path: Path) -> None:
+    """reward NaN at steps 46-60 and loss NaN at step 46: one finding, the update series first, each set of steps
+    its own clause; the onset note names the update (step 46 for both, the update's named first)."""
+    rows = healthy_rows()
+    for r in rows[45:]:
+        r["reward"] = NAN
+    rows[45]["loss"] = NAN  # step 46
+    diag = examine(load_run(write_run(tmp_path / "run", rows)))
+    assert [f.code for f in diag.findings] == ["nonfinite_steps"]
+    assert diag.findings[0].title == "Non-finite loss or grad_norm, reward: updates were skipped (the run went bad)"
+    assert diag.findings[0].evidence == (
+        "loss or grad_norm non-finite at 1 of 60 steps (46); reward non-finite at 15 of 60 steps (46-60), "
+        "15 in a row (a run of grpokit's stops at health.max_nonfinite_steps=3)"
+    )
+    assert [n.evidence for n in diag.notes if n.code == "resume_from"] == ["non-finite loss or grad_norm"]
+
+
+def test_the_report_cards_say_when_the_last_steps_were_non_finite(tmp_path: Path) -> None:
+    """reward 1.0 at steps 1-2, 0.4 at 3-9, NaN at 10-12: the last 10 steps (3-12) hold 7 finite values of 0.4
+    and 3 NaN, so the card reads "0.4 (3 of the last 10 non-finite)" (not the mean of the last 10 finite
+    values, steps 1-9: (2 x 1.0 + 7 x 0.4) / 9 = 0.533); an entropy NaN at every step reads so."""
+    from grpokit.record.report import headline_html
+    from grpokit.record.report_data import Run
+
+    rows = [{"step": s, "reward": 1.0 if s <= 2 else 0.4 if s <= 9 else NAN, "entropy": NAN} for s in range(1, 13)]
+    page = headline_html(Run(tmp_path, "r", metrics=rows))
+    assert '<div class="k">reward (last 10)</div><div class="v">0.4 (3 of the last 10 non-finite)</div>' in page
+    assert '<div class="k">entropy (last 10)</div><div class="v">non-finite at the last 10 steps</div>' in page

@@ -1,12 +1,14 @@
-"""The doctor's check of non-finite values (record/doctor.py): a loss or gradient norm that was NaN or inf at
-some steps. The other checks read a metric's finite values only (run_series.values), so without this one
-the steps where it was NaN or inf would go unseen.
+"""The doctor's check of non-finite values (record/doctor.py): a loss, gradient norm, KL, entropy or reward
+that was NaN or inf at some steps. The other checks read a metric's finite values only
+(run_series.values), so without this one the steps where it was NaN or inf would go unseen.
 
 One rule with the live monitor (HealthMonitor's `nonfinite`, health.py): a step whose
 `health.nonfinite_keys` (loss, grad_norm) are not finite had its update skipped, and
 `health.max_nonfinite_steps` such steps in a row stop a run of grpokit's. The doctor calls such a run an
 error, and so one that lost `DoctorConfig.nonfinite_share` of its logged steps that way, scattered or not;
-fewer are a warning.
+fewer are a warning. Each other metric the checks read (run_series.COVERAGE) is judged alone by the same
+rule: a KL, entropy or reward that stays NaN or inf is a run gone bad too (NaN logits, a policy off the
+reference's support, reward functions that score nothing).
 """
 
 from __future__ import annotations
@@ -19,7 +21,16 @@ from grpokit.config.health import HealthConfig
 from .findings import DoctorConfig, Finding
 from .health_checks import nonfinite
 from .report_data import GROUPS, Run
-from .run_series import config_value
+from .run_series import COVERAGE, config_value
+
+# What a series' non-finite values usually mean, for the advice (the update keys' advice is the monitor's)
+MEANS = {
+    "kl": "a KL that overflows means a policy far from the reference, or tokens the reference gives no "
+    "probability: lower optim.lr, raise algo.beta",
+    "entropy": "a non-finite entropy means non-finite logits: the weights went bad",
+    "reward": "no completion of those steps got a finite reward (every reward function returned None or NaN): "
+    "read the reward functions' logged errors",
+}
 
 
 @dataclass(frozen=True)
@@ -41,9 +52,11 @@ class NonFinite:
 
 
 def series_read(hc: HealthConfig) -> list[tuple[str, ...]]:
-    """The series judged: `health.nonfinite_keys` together (as the live monitor reads them)."""
+    """The series judged: `health.nonfinite_keys` together (as the live monitor reads them), then each other
+    metric the doctor's checks read."""
     update = tuple(hc.nonfinite_keys)
-    return [update] if update else []
+    others = [k for _, keys in COVERAGE for k in keys if not k.startswith("@") and k not in update]
+    return ([update] if update else []) + [(k,) for k in dict.fromkeys(others)]
 
 
 def nonfinite_series(run: Run, keys: tuple[str, ...]) -> NonFinite:
@@ -117,6 +130,7 @@ def check_nonfinite(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | N
         "fp16, check the reward functions for NaN"
         if update
         else "",
+        *(MEANS[n.keys[0]] for n in found if n is not update and n.keys[0] in MEANS),
         "read the samples of the first such step; once the weights are non-finite no later step recovers: go back "
         "to a checkpoint from before it (see the note on where to resume)"
         if severe
