@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from grpokit.config.health import HealthConfig
 
+from .config_advice import clipping, joined, precision
 from .findings import DoctorConfig, Finding
 from .health_checks import nonfinite
 from .report_data import GROUPS, Run
@@ -125,9 +126,13 @@ def check_nonfinite(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | N
     update = found[0] if found[0].keys == tuple(hc.nonfinite_keys) else None
     severe = [n for n in found if n.severe(hc, dc)]
     advice = [
-        f"the updates of those steps were skipped: lower optim.lr (now {config_value(run, 'optim.lr')}), keep "
-        f"gradient clipping on (optim.max_grad_norm={config_value(run, 'optim.max_grad_norm')}), prefer bf16 over "
-        "fp16, check the reward functions for NaN"
+        "the updates of those steps were skipped: "
+        + joined(
+            f"lower optim.lr (now {config_value(run, 'optim.lr')})",
+            clipping(run),
+            precision(run),
+            "check the reward functions for NaN",
+        )
         if update
         else "",
         *(MEANS[n.keys[0]] for n in found if n is not update and n.keys[0] in MEANS),
