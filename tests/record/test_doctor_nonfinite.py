@@ -131,7 +131,7 @@ def test_a_non_finite_reward_is_named_with_the_update_series_first(tmp_path: Pat
     rows[45]["loss"] = NAN  # step 46
     diag = examine(load_run(write_run(tmp_path / "run", rows)))
     assert [f.code for f in diag.findings] == ["nonfinite_steps"]
-    assert diag.findings[0].title == "Non-finite loss or grad_norm, reward: updates were skipped (the run went bad)"
+    assert diag.findings[0].title == "Non-finite loss or grad_norm, reward: updates lost (the run went bad)"
     assert diag.findings[0].evidence == (
         "loss or grad_norm non-finite at 1 of 60 steps (46); reward non-finite at 15 of 60 steps (46-60), "
         "15 in a row (a run of grpokit's stops at health.max_nonfinite_steps=3)"

@@ -126,7 +126,8 @@ def check_nonfinite(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | N
     update = found[0] if found[0].keys == tuple(hc.nonfinite_keys) else None
     severe = [n for n in found if n.severe(hc, dc)]
     advice = [
-        "the updates of those steps were skipped: "
+        "those steps' updates were lost (grpokit skips them; another trainer may apply them and turn the weights "
+        "non-finite): "
         + joined(
             f"lower optim.lr (now {config_value(run, 'optim.lr')})",
             clipping(run),
@@ -145,7 +146,7 @@ def check_nonfinite(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | N
     what = ", ".join(" or ".join(n.keys) for n in found)
     return Finding(
         "nonfinite_steps",
-        f"Non-finite {what}" + (": updates were skipped" if update else "") + (" (the run went bad)" if severe else ""),
+        f"Non-finite {what}" + (": updates lost" if update else "") + (" (the run went bad)" if severe else ""),
         _evidence(found, hc),
         "; ".join(a for a in advice if a),
         0.9 if severe else 0.65 if update else 0.5,
