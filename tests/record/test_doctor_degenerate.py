@@ -190,8 +190,12 @@ def test_a_run_whose_every_update_was_non_finite_is_named_not_nothing_to_fix(tmp
     ]
     (path / "health.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     diag = examine(load_run(path))
-    assert [f.code for f in diag.findings] == ["grad_spikes"]
-    assert diag.findings[0].evidence == "non-finite loss or grad_norm at steps [1, 2, 3]"
+    # 3 in a row: as many as stop a run of grpokit's (health.max_nonfinite_steps 3), so an error
+    assert [(f.code, f.level) for f in diag.findings] == [("nonfinite_steps", "error")]
+    assert diag.findings[0].evidence == (
+        "loss or grad_norm non-finite at 3 of 3 steps (1-3), 3 in a row "
+        "(a run of grpokit's stops at health.max_nonfinite_steps=3)"
+    )
     alarm = [n for n in diag.notes if n.code == "live_alarm"]
     assert [(n.text, n.evidence) for n in alarm] == [
         ("the live nonfinite alarm fired 3 time(s) (step(s) 1, 2, 3)", f"{said} (3 of 3)")

@@ -207,3 +207,31 @@ print(json.dumps({"beta": run.data.params["loss.beta"], "reward": reward}))
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout) == {"beta": "0.04", "reward": [0.5, 0.7]}
+
+
+def test_a_resumed_runs_tensorboard_shows_each_step_once(tmp_path: Path) -> None:
+    """Session 1 logs reward 0.0 at steps 1-8 and dies; session 2 resumes from the checkpoint of step 4 and logs
+    1.0 at steps 5-8. TensorBoard's event-file reader and its server's (plugin_event_accumulator: a run's first
+    SessionLog START is its opening, so the sink writes two) both show 0.0 at 1-4 and 1.0 at 5-8, each step once,
+    and so does the doctor's reader; without the restart mark they showed steps 5-8 twice (a zig-zag)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing import plugin_event_accumulator
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    from grpokit.record.run_readers import load_any
+
+    for resume, steps, value in ((None, range(1, 9), 0.0), (4, range(5, 9), 1.0)):
+        rec = make_recorder(tmp_path, ["tensorboard"], total_steps=8, config=CONFIG, resume_step=resume)
+        for s in steps:
+            rec.log({"reward": value}, s)
+        rec.close()
+    want = [(1, 0.0), (2, 0.0), (3, 0.0), (4, 0.0), (5, 1.0), (6, 1.0), (7, 1.0), (8, 1.0)]
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("train/reward")] == want
+    served = plugin_event_accumulator.EventAccumulator(str(tmp_path / "tensorboard"))
+    served.Reload()
+    assert [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in served.Tensors("train/reward")] == want
+    run, _ = load_any(tmp_path / "tensorboard")
+    assert [(r["step"], r["reward"]) for r in run.metrics] == want

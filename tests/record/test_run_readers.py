@@ -146,3 +146,56 @@ def test_verl_and_openrlhf_jsonl(tmp_path: Path) -> None:
     diag = examine(load_any(orl)[0])
     assert [f.code for f in diag.findings] == ["kl_clip_runaway"]
     assert any(n.text == "not checked: entropy collapse, for want of entropy" for n in diag.notes)
+
+
+def test_a_resumed_sessions_values_replace_the_abandoned_ones(tmp_path: Path) -> None:
+    """A run logged as transformers' TensorBoardCallback writes it (no restart mark) went NaN at steps 6-10, then
+    was resumed from its step-5 checkpoint and ran clean to step 30 in a second event file: the doctor reads
+    loss 0.1 at steps 6-10 (the second session's), not NaN (the first's), and finds nothing non-finite."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    d = tmp_path / "tb"
+    sessions = ((range(1, 11), lambda s: 0.1 if s <= 5 else float("nan")), (range(6, 31), lambda s: 0.1))
+    for n, (steps, value) in enumerate(sessions):
+        w = SummaryWriter(log_dir=str(d))
+        for s in steps:
+            w.add_scalar("train/loss", value(s), s)
+            w.add_scalar("train/grad_norm", value(s), s)
+        w.close()
+        # the name carries the second the file was opened: the resumed session's is the later one
+        (new,) = [p for p in d.iterdir() if ".host." not in p.name]
+        new.rename(d / f"events.out.tfevents.{1700000000 + 100 * n}.host.{n}.0")
+    run, _ = load_any(d)
+    assert [r["step"] for r in run.metrics] == list(range(1, 31))
+    assert [r["loss"] for r in run.metrics[5:10]] == pytest.approx([0.1] * 5)
+    assert [f.code for f in diagnose(run)] == []
+
+
+def test_exports_read_a_restart_as_a_new_session_and_aliases_within_a_row_as_before(tmp_path: Path) -> None:
+    """A JSONL export with steps 1, 2, 3, then 2, 3 again (resumed from step 1): steps 2-3 are the second
+    session's; an unrelated later line at step 0 (other names) drops nothing; within one line the metric's own
+    name wins over its prefixed alias. MLflow's long table, each metric's history in turn, restarts per metric."""
+    lines = [
+        {"step": 1, "loss": 1.0, "train/loss": 9.0},
+        {"step": 2, "loss": 2.0},
+        {"step": 3, "loss": 3.0},
+        {"step": 2, "loss": 20.0},
+        {"step": 3, "loss": 30.0},
+        {"step": 0, "hparam/lr": 0.1},
+    ]
+    export = tmp_path / "run.jsonl"
+    export.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    run, _ = load_any(export)
+    assert run.metrics == [
+        {"step": 0, "hparam/lr": 0.1},
+        {"step": 1, "loss": 1.0},
+        {"step": 2, "loss": 20.0},
+        {"step": 3, "loss": 30.0},
+    ]
+    long = tmp_path / "mlflow.csv"
+    with long.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["key", "value", "step"])
+        w.writerows([["loss", 1, 1], ["loss", 2, 2], ["loss", 20, 2], ["reward", 0.5, 1], ["reward", 0.6, 2]])
+    run, _ = load_any(long)
+    assert run.metrics == [{"step": 1, "loss": 1.0, "reward": 0.5}, {"step": 2, "loss": 20.0, "reward": 0.6}]

@@ -230,3 +230,22 @@ def test_tensorboard_gets_log_historys_entries_at_trls_steps(chat_model, tmp_pat
     assert steps("eval/loss") == [2, 4] and steps("eval/reward") == [2, 4]
     assert steps("train/train_runtime") == [4]  # the final entry, at the last step
     assert not any(t.startswith("train/eval") for t in acc.Tags()["scalars"])
+
+
+def test_a_resumed_runs_tensorboard_holds_each_trl_step_once(chat_model, tmp_path):
+    """num_iterations=2: a sampling round is 2 TRL steps, so checkpoint-2 is grpokit's step 1. A 4-step run resumed
+    from checkpoint-2 logs TRL steps 3 and 4 again in a second event file; the sink marks the restart at TRL's step
+    3 (not grpokit's 2, which would hide the first session's step 2), so the folder reads steps 1-4 once each,
+    the final entry once."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "tb"
+    kw = dict(max_steps=4, num_iterations=2, logging_steps=1, save_steps=2, report_to="tensorboard")
+    run(chat_model, out, None, **kw).train()
+    run(chat_model, out, None, **kw).train(resume_from_checkpoint=str(out / "checkpoint-2"))
+    assert len(glob.glob(f"{out}/tensorboard/events.out.tfevents*")) == 2  # (earlier-runs/ keeps a copy of the first)
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("train/loss")] == [1, 2, 3, 4]
+    assert [e.step for e in acc.Scalars("train/train_runtime")] == [4]

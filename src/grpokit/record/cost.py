@@ -5,13 +5,13 @@
   such groups, 1 / (1 - z) rollouts are paid for each one that carries signal;
 - compute after the last held-out improvement: steps (and seconds, where `time/step` is logged) that
   ran after the held-out accuracy last beat its best by more than `heldout_min_gain`;
-- the step to resume from: for a run that went bad (non-finite loss, gradient spike, KL above its
-  limit, held-out accuracy falling), the onset and the last checkpoint saved before it.
+- the step to resume from: for a run that went bad (a non-finite loss, gradient norm or other metric the
+  doctor reads, a gradient spike, KL above its limit, held-out accuracy falling), the onset and the last
+  checkpoint saved before it.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
 from dataclasses import asdict, dataclass
@@ -20,6 +20,7 @@ from typing import Any
 from grpokit.config.health import HealthConfig
 
 from .findings import DoctorConfig
+from .nonfinite_checks import nonfinite_found
 from .report_data import Run
 from .run_series import heldout_series, last_step, values
 
@@ -73,13 +74,8 @@ def after_last_improvement(run: Run, dc: DoctorConfig) -> Note | None:
 
 def onset(run: Run, hc: HealthConfig, dc: DoctorConfig) -> tuple[int, str] | None:
     """The first step where the run went bad, and why; None for a run that did not."""
-    found: list[tuple[int, str]] = []
-    for r in run.metrics:
-        s = r.get("step")
-        bad = [k for k in hc.nonfinite_keys if isinstance(r.get(k), float) and not math.isfinite(r[k])]
-        if bad and isinstance(s, (int, float)):
-            found.append((int(s), f"non-finite {bad[0]}"))
-            break
+    # the first non-finite value of a metric the doctor reads (nonfinite_checks.py: its rule, one with the live monitor)
+    found = [(n.steps[0], f"non-finite {' or '.join(n.keys)}") for n in nonfinite_found(run, hc)]
     grad = values(run, "grad_norm")
     med = statistics.median(v for _, v in grad) if len(grad) >= 6 else 0.0
     found += [
@@ -101,7 +97,7 @@ def onset(run: Run, hc: HealthConfig, dc: DoctorConfig) -> tuple[int, str] | Non
                     f"to {after[0][1]:.3g} (step {after[0][0]})",
                 )
             )
-    return min(found) if found else None
+    return min(found, key=lambda f: f[0]) if found else None  # at one step, the first named (the update's)
 
 
 def checkpoints(run: Run) -> list[int]:

@@ -40,8 +40,9 @@ from .learning_checks import (
     check_truncation,
     check_zero_std,
 )
+from .nonfinite_checks import check_nonfinite
 from .report_data import Run
-from .run_series import heldout_series, last_step
+from .run_series import COVERAGE, heldout_series, last_step
 from .signal_checks import (
     check_clip_asymmetry,
     check_constant_component,
@@ -91,6 +92,7 @@ CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] 
     check_kl_pinned,
     check_clip_asymmetry,
     check_tight_clip,
+    check_nonfinite,
     check_grad_spikes,
     check_mismatch,
     check_reward_failures,
@@ -113,19 +115,6 @@ PANELS = {
     "env_failures": "faults",
     "throughput": "time",
 }
-# What each family of checks reads; a family none of whose metrics the run has was not checked, and the
-# doctor says so (a TRL run without held-out evaluation, a run that logs no entropy).
-COVERAGE: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("the reward (constant reward, plateau, hacking)", ("reward", "completions/reward_max")),
-    ("held-out accuracy (reward hacking against it, drops)", ("@heldout",)),
-    ("groups without signal", ("frac_reward_zero_std", "reward_std")),
-    ("entropy collapse", ("entropy",)),
-    ("completion length (growth, truncation, same-length groups)", ("completions/mean_length",)),
-    ("KL to the reference", ("kl",)),
-    ("clipping (runaway, asymmetry, a narrow clip range)", ("clip_ratio/region_mean", "clip_ratio/low_mean")),
-    ("gradients (spikes, zero-gradient steps)", ("grad_norm", "grad_norm/max")),
-    ("reward-function failures", ("rewards/failed_fraction",)),
-)
 # Findings that only restate another one's symptom: dropped when that one is found (the cause is named).
 SUBSUMED_BY = {
     "reward_component_alone": ("format_over_accuracy", "reward_components_diverge"),

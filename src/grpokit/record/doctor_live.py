@@ -3,12 +3,13 @@ monitor of `grpokit train` (health.py) and DoctorCallback in someone else's Trai
 
 ``DoctorWatch`` keeps the rows a run has logged and, every ``every`` rows (every tenth of the run
 so far once that is longer: a check reads the whole run), runs the doctor's ``CHECKS`` (doctor.py) on
-them; each finding is returned once, the first time it appears. Codes in
-``skip`` are left to whoever already watches them (the live monitors' own alarms for zero-std
-groups, entropy, length, KL and clipping, same-length groups and reward failures: the doctor decides
-those with the live monitor's own rule, run_series.live_alarm), so a run is warned once per problem,
-not twice under two names. What only the doctor reads (held-out accuracy, a failure rate rising over
-the run, hacking signatures) it warns as it appears.
+them; each finding is returned once, the first time it appears, and once more each time its level
+rises (a few skipped updates are a warning, as many in a row as stop a run an error), so that
+DoctorCallback's `stop_on="error"` sees it. Codes in ``skip`` are left to whoever already watches them
+(the live monitors' own alarms for zero-std groups, entropy, length, KL and clipping, same-length groups
+and reward failures: the doctor decides those with the live monitor's own rule, run_series.live_alarm),
+so a run is warned once per problem, not twice under two names. What only the doctor reads (held-out
+accuracy, a failure rate rising over the run, hacking signatures) it warns as it appears.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .doctor import diagnose, health_config
-from .findings import DoctorConfig, Finding
+from .findings import LEVELS, DoctorConfig, Finding
 from .report_data import Run
 
 # Doctor findings whose problem a live health monitor (health_checks.MONITORS) already warns about.
@@ -46,7 +47,8 @@ class DoctorWatch:
     path: Path = Path(".")
     skip: frozenset[str] = frozenset()
     rows: list[dict[str, Any]] = field(default_factory=list)
-    seen: set[str] = field(default_factory=set)
+    seen: dict[str, str] = field(default_factory=dict)
+    """Each finding returned so far (by code) and the highest level it was returned at."""
     _added: int = 0
     _checked: int = 0
 
@@ -69,6 +71,11 @@ class DoctorWatch:
     def check(self) -> list[Finding]:
         run = Run(self.path, self.path.name, metrics=list(self.rows), config=self.run_config)
         found = diagnose(run, self.config, health_config(run, self.health))
-        new = [f for f in found if f.code not in self.seen and f.code not in self.skip]
-        self.seen.update(f.code for f in new)
+        rank = LEVELS.index
+        new = [
+            f
+            for f in found
+            if f.code not in self.skip and (f.code not in self.seen or rank(f.level) > rank(self.seen[f.code]))
+        ]
+        self.seen.update((f.code, f.level) for f in new)
         return new

@@ -65,6 +65,11 @@ class DoctorConfig:
     grad_spike_ratio: float = 10.0
     """A gradient norm above this multiple of the run's median is a spike."""
 
+    nonfinite_share: float = 0.1
+    """A run whose update keys (health.nonfinite_keys), or another metric the checks read, were NaN or inf at
+    this share of its logged steps (and at 2 or more) went bad, also where fewer than
+    health.max_nonfinite_steps of them came in a row (`nonfinite_steps` is then an error)."""
+
     mismatch_max: float = 0.05
     """Flag when the mean |log pi_train - log pi_sampler| per token (`mismatch/logp_abs_diff_mean`,
     `tis/logp_abs_diff_mean`) averages above this recently."""

@@ -61,11 +61,13 @@ from .health_checks import (
     Reading,
     Series,
     batch_items,
+    nonfinite,
     reward_level,
     solved_from_start,
     unsolved_share,
     zeroed_share,
 )
+from .health_checks import finite as _finite
 from .signatures import group_signatures, solved_signatures  # noqa: F401  (re-exported)
 
 
@@ -172,7 +174,7 @@ class HealthMonitor:
         """The non-finite monitor: count steps whose loss or gradient norm is NaN or inf in a row, warn
         on each, and mark the run fatal after ``max_nonfinite_steps`` of them."""
         cfg = self.config
-        bad = [k for k in cfg.nonfinite_keys if k in metrics and not _finite(metrics[k])]
+        bad = nonfinite(metrics, cfg.nonfinite_keys)  # the doctor's rule too (nonfinite_checks.py)
         if bad:
             self.nonfinite_streak += 1
             out["health/nonfinite"] = 1.0
@@ -195,10 +197,9 @@ class HealthMonitor:
                     f"(health.max_nonfinite_steps={cfg.max_nonfinite_steps}); lower the learning rate, enable "
                     "gradient clipping, or train in bfloat16/float32 instead of float16."
                 )
-        else:
+        elif any(k in metrics for k in cfg.nonfinite_keys):  # a row without them (an evaluation's) ends no streak
             self.nonfinite_streak = 0
-            if any(k in metrics for k in cfg.nonfinite_keys):
-                out["health/nonfinite"] = 0.0
+            out["health/nonfinite"] = 0.0
 
     def _derive(self, metrics: Mapping[str, float]) -> dict[str, float]:
         """This step's zeroed reward share, reward level and unsolved fractions (`solved_signatures`)."""
@@ -247,10 +248,3 @@ class HealthMonitor:
         """Raise TrainingHealthError if training cannot continue (too many non-finite steps in a row)."""
         if self._fatal is not None:
             raise TrainingHealthError(self._fatal)
-
-
-def _finite(value: Any) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False

@@ -82,6 +82,20 @@ UNSOLVED_KEYS = {
 # The rules below are the live monitors' and the doctor's both (one implementation): HealthMonitor
 # applies them to the run so far, step by step (health.py); the doctor to the whole run (run_series.py,
 # learning_checks.py, signal_checks.py), with the lowest and highest completion reward of the whole run.
+def finite(value: object) -> bool:
+    """A number that is neither NaN nor infinite (a value that is no number at all is not finite either)."""
+    try:
+        return math.isfinite(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+def nonfinite(metrics: Mapping[str, object], keys: Sequence[str]) -> list[str]:
+    """The `keys` present in `metrics` whose value is not finite: one step's reading of the live `nonfinite`
+    monitor (HealthMonitor, on `health.nonfinite_keys`) and of the doctor's `nonfinite_steps` check."""
+    return [k for k in keys if k in metrics and not finite(metrics[k])]
+
+
 SAME_REWARD = 1e-6  # a run whose completion rewards never differed by more than this has no "best"
 
 

@@ -9,6 +9,7 @@ import statistics
 
 from grpokit.config.health import HealthConfig
 
+from .config_advice import dynamic_sampling, masks_truncated
 from .findings import DoctorConfig, Finding
 from .health_checks import reward_level
 from .report_data import Run
@@ -165,21 +166,36 @@ def check_zero_std(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | No
         "Many groups give no learning signal (all completions scored alike)",
         f"unsolved zero-std groups: {overall:.0%} of groups over the run, {lately:.0%} in steps "
         f"{unsolved[-w][0]}-{unsolved[-1][0]}",
-        f"use dynamic sampling (algo.dynamic_sampling=true, DAPO) or a larger group "
-        f"(rollout.group_size={config_value(run, 'rollout.group_size')} -> more), or prompts of the right difficulty",
+        f"{dynamic_sampling(run)}, or a larger group (rollout.group_size={config_value(run, 'rollout.group_size')} "
+        "-> more), or prompts of the right difficulty",
         0.9 if lately > hc.zero_std_max else 0.55,  # lately, or only over the run (`zero_std_run_max`)
     )
 
 
 def check_truncation(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """Many completions cut at the length limit. With algo.mask_truncated on, they are also left out of the loss:
+    above half of them, most of each batch teaches nothing (an error), and the mask is named as the cause, not
+    advised."""
     r = recent(run, "completions/clipped_ratio", hc)
     if r is None or r[0] <= dc.truncated_max:
         return None
+    limit = f"raise rollout.max_new_tokens (now {config_value(run, 'rollout.max_new_tokens')})"
+    masked = masks_truncated(run)
+    if masked:
+        return Finding(
+            "truncated",
+            "Many completions are cut at the length limit and masked out of the loss",
+            f"{r[0]:.0%} of completions truncated ({r[1]}); algo.mask_truncated=true leaves them out of the loss, "
+            "so they teach nothing (a step whose every completion was cut has no gradient at all)",
+            f"{limit} so completions finish, or set algo.mask_truncated=false and shape overlong answers instead "
+            "(a soft overlong penalty, DAPO)",
+            0.85 if r[0] > 0.5 else 0.7,
+        )
     return Finding(
         "truncated",
         "Many completions are cut at the length limit",
         f"{r[0]:.0%} of completions truncated ({r[1]})",
-        f"raise rollout.max_new_tokens (now {config_value(run, 'rollout.max_new_tokens')}), or shape overlong "
-        "answers (a soft overlong penalty, DAPO) / mask truncated ones (algo.mask_truncated=true)",
+        f"{limit}, or shape overlong answers (a soft overlong penalty, DAPO) / mask truncated ones "
+        f"(algo.mask_truncated=true{'' if masked is False else ', if they are not masked already'})",
         0.7,
     )

@@ -181,7 +181,9 @@ def _tracker(kind: str) -> Callable[..., Sink]:
     ) -> Sink:
         from . import trackers  # lazy: the tracker packages are optional extras
 
-        return trackers.make_tracker(kind, run_dir, config, project=kw.get("project"), run_name=kw.get("run_name"))
+        return trackers.make_tracker(
+            kind, run_dir, config, project=kw.get("project"), run_name=kw.get("run_name"), resume_step=resume_step
+        )
 
     return build
 

@@ -80,9 +80,17 @@ def _json_for_script(obj: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _last_mean(rows: Sequence[dict[str, Any]], key: str, n: int = 10) -> float | None:
-    vals = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-    return sum(vals[-n:]) / len(vals[-n:]) if vals else None
+def _last_mean(rows: Sequence[dict[str, Any]], key: str, n: int = 10) -> str | None:
+    """The mean of `key` over the last `n` steps that logged it, saying how many of them were NaN or inf
+    (their mean is not taken around them silently); None when no step logged it."""
+    last = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r[key], bool)][-n:]
+    if not last:
+        return None
+    ok = [v for v in last if math.isfinite(v)]
+    bad = len(last) - len(ok)
+    if not ok:
+        return f"non-finite at the last {len(last)} steps"
+    return _fmt(sum(ok) / len(ok)) + (f" ({bad} of the last {len(last)} non-finite)" if bad else "")
 
 
 def headline_html(run: Run) -> str:
@@ -107,7 +115,7 @@ def headline_html(run: Run) -> str:
     ):
         value = _last_mean(rows, key)
         if value is not None:
-            cards.append((label, _fmt(value)))
+            cards.append((label, _esc(value)))
     total = sum(
         float(r["time/step"])
         for r in rows

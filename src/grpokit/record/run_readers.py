@@ -30,6 +30,8 @@ from __future__ import annotations
 import csv
 import fnmatch
 import json
+import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,12 +95,30 @@ def _number(v: Any) -> float | None:
     return f  # NaN and inf are kept: a non-finite loss is evidence
 
 
-def rows_by_step(points: list[tuple[int, str, float]]) -> list[dict[str, Any]]:
-    """Metrics rows (one per step, ascending) from (step, name, value) points, names made canonical;
-    the first value of a name at a step wins (a prefixed alias never overrides the metric itself)."""
+Point = tuple[int, str, float]  # (step, name as logged, value)
+
+
+def rows_by_step(segments: Iterable[Sequence[Point]]) -> list[dict[str, Any]]:
+    """Metrics rows (one per step, ascending) from the points of a source in the segments it was written in, oldest
+    first: one logged row each (a JSONL line, a CSV row, a log_history entry), or one TensorBoard event file (a
+    session). Names are made canonical. Within a segment the first value of a name at a step wins (a prefixed
+    alias never overrides the metric itself). A segment that logs a name at or before a step where that name was
+    already logged is a resumed session: what was logged before it from its first step on was abandoned with the
+    session that logged it, and is dropped, so the later session's values stand (a run that went NaN at steps
+    6-10 and was resumed clean from step 5 reads clean)."""
     rows: dict[int, dict[str, Any]] = {}
-    for step, name, value in points:
-        rows.setdefault(step, {"step": step}).setdefault(canonical(name), value)
+    for segment in segments:
+        points = [(step, canonical(name), value) for step, name, value in segment]
+        if not points:
+            continue
+        start, names = min(p[0] for p in points), {p[1] for p in points}
+        if any(step >= start and not names.isdisjoint(row) for step, row in rows.items()):
+            rows = {step: row for step, row in rows.items() if step < start}
+        here: dict[int, dict[str, float]] = {}
+        for step, name, value in points:
+            here.setdefault(step, {}).setdefault(name, value)
+        for step, values in here.items():
+            rows.setdefault(step, {"step": step}).update(values)
     return [rows[s] for s in sorted(rows)]
 
 
@@ -115,15 +135,15 @@ def read_trainer_state(path: Path) -> list[dict[str, Any]]:
     history = state.get("log_history") if isinstance(state, dict) else None
     if not isinstance(history, list):
         raise ConfigError(f"{str(path)!r} has no log_history list; give the trainer_state.json a Trainer wrote")
-    points = []
+    entries = []
     for obj in history:
         step, pairs = _flat_row(obj) if isinstance(obj, dict) else (None, [])
-        points += [(step, k, v) for k, v in pairs if k != "epoch"] if step is not None else []
-    return rows_by_step(points)
+        entries.append([(step, k, v) for k, v in pairs if k != "epoch"] if step is not None else [])
+    return rows_by_step(entries)
 
 
 def read_jsonl_export(path: Path) -> list[dict[str, Any]]:
-    points = []
+    lines = []
     for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines()):
         try:
             obj = json.loads(line)
@@ -131,8 +151,8 @@ def read_jsonl_export(path: Path) -> list[dict[str, Any]]:
             continue  # a torn last line of a running export
         if isinstance(obj, dict):
             step, pairs = _flat_row(obj)
-            points += [(n + 1 if step is None else step, k, v) for k, v in pairs]
-    return rows_by_step(points)
+            lines.append([(n + 1 if step is None else step, k, v) for k, v in pairs])
+    return rows_by_step(lines)
 
 
 def read_csv_export(path: Path) -> list[dict[str, Any]]:
@@ -142,32 +162,58 @@ def read_csv_export(path: Path) -> list[dict[str, Any]]:
     if not table:
         return []
     cols = set(table[0])
-    if {"key", "value", "step"} <= cols:
-        return rows_by_step(
-            [(int(float(r["step"])), r["key"], v) for r in table if (v := _number(r["value"])) is not None]
-        )
+    if {"key", "value", "step"} <= cols:  # each metric's history in turn: its own restarts, read per metric
+        per_key: dict[str, list[list[Point]]] = {}
+        for r in table:
+            if (v := _number(r["value"])) is not None:
+                per_key.setdefault(r["key"], []).append([(int(float(r["step"])), r["key"], v)])
+        return _merged([rows_by_step(rows) for rows in per_key.values()])
     step_col = next((k for k in STEP_KEYS if k in cols), None)
-    points = []
+    segments = []
     for i, r in enumerate(table):
         step = int(float(r[step_col])) if step_col and _number(r.get(step_col)) is not None else i + 1
-        points += [
-            (step, k, v)
-            for k, raw in r.items()
-            if k != step_col and k and not k.endswith(("__MIN", "__MAX")) and (v := _number(raw)) is not None
-        ]
-    return rows_by_step(points)
+        segments.append(
+            [
+                (step, k, v)
+                for k, raw in r.items()
+                if k != step_col and k and not k.endswith(("__MIN", "__MAX")) and (v := _number(raw)) is not None
+            ]
+        )
+    return rows_by_step(segments)
+
+
+def _merged(sources: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Rows of several metrics' histories joined by step; of two that give one name, the first listed."""
+    rows: dict[int, dict[str, Any]] = {}
+    for source in sources:
+        for row in source:
+            merged = rows.setdefault(row["step"], {"step": row["step"]})
+            for k, v in row.items():
+                merged.setdefault(k, v)
+    return [rows[s] for s in sorted(rows)]
 
 
 def read_tensorboard(paths: list[Path]) -> list[dict[str, Any]]:
+    """Event files, each one session, read oldest first (by the time in their names), so that a resumed session's
+    values replace what the one before logged from its restart on (`rows_by_step`), whether or not it marked the
+    restart for TensorBoard (transformers' TensorBoardCallback does not)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    points = []
-    for p in paths:
+    sessions = []
+    for p in sorted(paths, key=_written_at):
         acc = EventAccumulator(str(p), size_guidance={"scalars": 0})
         acc.Reload()
-        for tag in acc.Tags().get("scalars", []):
-            points += [(int(e.step), tag, float(e.value)) for e in acc.Scalars(tag)]
-    return rows_by_step(points)
+        sessions.append(
+            [(int(e.step), tag, float(e.value)) for tag in acc.Tags().get("scalars", []) for e in acc.Scalars(tag)]
+        )
+    return rows_by_step(sessions)
+
+
+def _written_at(path: Path) -> tuple[float, str]:
+    """When an event file was opened: the seconds in its name (events.out.tfevents.<seconds>.<host>...), else its
+    modification time; then its path."""
+    m = re.match(r"events\.out\.tfevents\.(\d+(?:\.\d+)?)", path.name)
+    return (float(m.group(1)) if m else path.stat().st_mtime, str(path))
 
 
 def _trainer_state(d: Path) -> Path | None:

@@ -2,7 +2,8 @@
 
 "early" is the mean of a metric's first ``window`` values, "recent" of its last ``window``, with the
 window shrunk to a third of the run for short runs; trend checks need at least 6 values. Non-finite
-and non-numeric values are skipped.
+and non-numeric values are skipped here; the doctor's `nonfinite_steps` check (nonfinite_checks.py) names
+the non-finite values of every metric the checks read (COVERAGE, and health.nonfinite_keys).
 """
 
 from __future__ import annotations
@@ -17,6 +18,21 @@ from grpokit.config.health import HealthConfig
 from .health import HealthMonitor
 from .health_checks import Reading, reward_level, solved_from_start, unsolved_share
 from .report_data import Run
+
+# What each family of the doctor's checks reads (doctor.py): a family none of whose metrics the run has was not
+# checked, and the doctor says so (a TRL run without held-out evaluation, a run that logs no entropy); a metric
+# read here whose values are NaN or inf is named (nonfinite_checks.py: `values` skips them).
+COVERAGE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("the reward (constant reward, plateau, hacking)", ("reward", "completions/reward_max")),
+    ("held-out accuracy (reward hacking against it, drops)", ("@heldout",)),
+    ("groups without signal", ("frac_reward_zero_std", "reward_std")),
+    ("entropy collapse", ("entropy",)),
+    ("completion length (growth, truncation, same-length groups)", ("completions/mean_length",)),
+    ("KL to the reference", ("kl",)),
+    ("clipping (runaway, asymmetry, a narrow clip range)", ("clip_ratio/region_mean", "clip_ratio/low_mean")),
+    ("gradients (spikes, zero-gradient steps)", ("grad_norm", "grad_norm/max")),
+    ("reward-function failures", ("rewards/failed_fraction",)),
+)
 
 
 def values(run: Run, key: str) -> list[tuple[int, float]]:

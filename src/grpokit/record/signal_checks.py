@@ -12,6 +12,7 @@ import statistics
 
 from grpokit.config.health import HealthConfig
 
+from .config_advice import dynamic_sampling, joined, masks_truncated
 from .findings import DoctorConfig, Finding
 from .health_checks import SAME_REWARD, early_floor, reward_level
 from .report_data import Run
@@ -143,23 +144,76 @@ def check_reward_std_death(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Find
 
 
 def check_zero_grad(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    """Steps whose gradient norm is exactly 0: every group of the step had zero advantage (and no KL
-    term), so the step cost a rollout and taught nothing."""
+    """Steps whose gradient norm is exactly 0: the step cost a rollout and taught nothing. Each step's cause is
+    read from its own evidence (`zero_grad_causes`): every group scored alike, or groups with signal whose
+    completions were truncated and masked out of the loss (algo.mask_truncated), or something else."""
     pts = values(run, "grad_norm")
     zero = [s for s, v in pts if v == 0.0]
     if len(pts) < 3 or len(zero) < 2 or len(zero) / len(pts) < dc.zero_grad_share:
         return None
-    shown = ", ".join(map(str, zero[:8])) + (f" (+{len(zero) - 8} more)" if len(zero) > 8 else "")
+    causes = zero_grad_causes(run, zero)
+    said = _zero_grad_said(run)
+    masked = len(causes.get("masked", []))
+    parts = [
+        f"at {len(steps)} of them (step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps[:8]))}"
+        f"{' ...' if len(steps) > 8 else ''}) {said[c][0]}"
+        for c, steps in causes.items()
+    ]
     return Finding(
         "zero_grad_steps",
-        "Steps with exactly zero gradient (nothing learned at those steps)",
-        f"grad_norm is exactly 0 at {len(zero)} of {len(pts)} steps ({len(zero) / len(pts):.0%}): steps {shown}",
-        "every group of those steps scored alike: use dynamic sampling (algo.dynamic_sampling=true, DAPO), "
-        "a larger group (rollout.group_size) or prompts of the right difficulty",
-        0.8 if len(zero) / len(pts) > 0.5 else 0.5,
+        "Steps with exactly zero gradient (nothing learned at those steps)"
+        + (": truncated completions masked out of the loss" if masked >= 2 else ""),
+        f"grad_norm is exactly 0 at {len(zero)} of {len(pts)} steps ({len(zero) / len(pts):.0%}); " + "; ".join(parts),
+        "; ".join(said[c][1] for c in causes),
+        # truncation masking is a cause the run's own config makes: raised to an error where it zeroed 2+ steps
+        max(0.8 if len(zero) / len(pts) > 0.5 else 0.5, 0.85 if masked >= 2 else 0.0),
         panel="grad-norm",
         steps=(zero[0], zero[-1]),
     )
+
+
+def _zero_grad_said(run: Run) -> dict[str, tuple[str, str]]:
+    """Per cause of a zero gradient (zero_grad_causes), its evidence and its advice."""
+    alike = joined(dynamic_sampling(run), "a larger group (rollout.group_size) or prompts of the right difficulty")
+    return {
+        "masked": (
+            "groups had signal but algo.mask_truncated=true left their truncated completions out of the loss "
+            "(completions/clipped_ratio > 0)",
+            "truncation masking is the cause there: raise rollout.max_new_tokens (now "
+            f"{config_value(run, 'rollout.max_new_tokens')}) so completions finish, or set algo.mask_truncated=false "
+            "(a soft overlong penalty, DAPO, curbs length without discarding them)",
+        ),
+        "alike": ("every group scored alike (frac_reward_zero_std 1)", alike),
+        "other": (
+            "groups had signal (frac_reward_zero_std < 1) and still no gradient",
+            "look for what else leaves tokens out of the loss (rollout.mismatch_mask, algo.entropy_top_fraction, "
+            "algo.token_masks) or parameters that get no gradient",
+        ),
+        "unknown": (
+            "no frac_reward_zero_std was logged to tell why",
+            "if every group scored alike: " + alike + "; if truncated completions are masked out of the loss, "
+            "raise the completion length limit",
+        ),
+    }
+
+
+def zero_grad_causes(run: Run, zero: list[int]) -> dict[str, list[int]]:
+    """The zero-gradient steps by what their own metrics say: "alike" (every group scored alike:
+    frac_reward_zero_std 1), "masked" (groups had signal, algo.mask_truncated is on and some completions were
+    cut at the length limit: their tokens left the loss), "other" (signal, and no such mask), "unknown" (the step
+    logged no frac_reward_zero_std)."""
+    alike, clipped = dict(values(run, "frac_reward_zero_std")), dict(values(run, "completions/clipped_ratio"))
+    masking = masks_truncated(run)
+    out: dict[str, list[int]] = {c: [] for c in ("masked", "alike", "other", "unknown")}  # the order they are told in
+    for s in zero:
+        if s not in alike:
+            cause = "unknown"
+        elif alike[s] >= 1 - EPS:
+            cause = "alike"
+        else:
+            cause = "masked" if masking and clipped.get(s, 0.0) > 0 else "other"
+        out[cause].append(s)
+    return {c: steps for c, steps in out.items() if steps}
 
 
 def check_kl_pinned(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:

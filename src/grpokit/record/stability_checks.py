@@ -5,12 +5,12 @@ throughput. Each returns a ``Finding`` or None.
 
 from __future__ import annotations
 
-import math
 import statistics
 
 from grpokit.config.health import HealthConfig
 from grpokit.rewards.calls import COMPLETION_KINDS
 
+from .config_advice import clipping, fewer_iterations, joined, precision, setting
 from .findings import DoctorConfig, Finding
 from .health_checks import batch_items, zeroed_share
 from .rank_failures import job_failure
@@ -35,9 +35,12 @@ def check_runaway(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | Non
         "kl_clip_runaway",
         "Updates run away from the " + ("reference" if kl else "trust region"),
         "; ".join(found),
-        f"lower the learning rate (optim.lr={config_value(run, 'optim.lr')}), fewer updates per batch "
-        f"(algo.num_iterations={config_value(run, 'algo.num_iterations')}), raise algo.beta, clip gradients "
-        "harder (optim.max_grad_norm)",
+        joined(
+            f"lower the learning rate (optim.lr={config_value(run, 'optim.lr')})",
+            fewer_iterations(run),
+            "raise algo.beta",
+            clipping(run),
+        ),
         0.8,
     )
 
@@ -88,34 +91,24 @@ def _again(run: Run) -> str:
 
 
 def check_grad_spikes(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """Gradient norms far above the run's median; the steps whose norm was NaN or inf are `nonfinite_steps`'
+    (nonfinite_checks.py)."""
     # a step of several updates logs their mean as grad_norm and the largest as grad_norm/max: a spike is the max
     pts = values(run, "grad_norm/max") or values(run, "grad_norm")
     med = statistics.median(v for _, v in pts) if len(pts) >= 6 else 0.0  # a median of fewer is no baseline
     spikes = [(s, v) for s, v in pts if med > 0 and v > dc.grad_spike_ratio * med]
-    bad = [
-        int(r["step"])
-        for r in run.metrics
-        for k in hc.nonfinite_keys  # the keys the live NaN alarm reads
-        if isinstance(r.get(k), float) and not math.isfinite(r[k]) and isinstance(r.get("step"), (int, float))
-    ]
-    if not spikes and not bad:
+    if not spikes:
         return None
     ev = ", ".join(f"step {s}: {v:.3g}" for s, v in spikes[:5]) + (
         f" (+{len(spikes) - 5} more)" if len(spikes) > 5 else ""
     )
-    ev = f"gradient norm spikes over {dc.grad_spike_ratio:g}x the median {med:.3g}: {ev}" if spikes else ""
-    ev += (
-        (("; " if ev else "") + f"non-finite {' or '.join(hc.nonfinite_keys)} at steps {sorted(set(bad))[:8]}")
-        if bad
-        else ""
-    )
     return Finding(
         "grad_spikes",
-        "Gradient norm spikes" + (" and non-finite steps" if bad else ""),
-        ev,
-        f"read the samples of those steps; lower optim.lr ({config_value(run, 'optim.lr')}), keep gradient clipping on "
-        f"(optim.max_grad_norm={config_value(run, 'optim.max_grad_norm')}), prefer bf16 over fp16",
-        0.65 if bad else 0.5,
+        "Gradient norm spikes",
+        f"gradient norm spikes over {dc.grad_spike_ratio:g}x the median {med:.3g}: {ev}",
+        "read the samples of those steps; "
+        + joined(f"lower optim.lr ({config_value(run, 'optim.lr')})", clipping(run), precision(run)),
+        0.5,
     )
 
 
@@ -144,13 +137,18 @@ def check_mismatch(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | No
         if config_value(run, "rollout.mismatch_mask", None) is not None
         else ""
     )
+    tis = setting(run, "rollout.tis_cap")
+    tis = (
+        f"truncated importance sampling weights the loss already (rollout.tis_cap={tis:g})"
+        if isinstance(tis, (int, float)) and tis > 0
+        else "correct with truncated importance sampling (rollout.tis_cap)"
+    )
     return Finding(
         "sampler_mismatch",
         "The sampler and the trainer disagree on token probabilities",
         "; ".join(f"{k} {r[0]:.3g} > {limit:g} ({r[1]})" for k, r, limit in high),
-        "match precision and kernels between rollout and training (model.dtype), correct with truncated "
-        f"importance sampling (rollout.tis_cap){mask}, and check that weights are synced to the sampler "
-        "every step",
+        f"match precision and kernels between rollout and training (model.dtype), {tis}{mask}, and check that "
+        "weights are synced to the sampler every step",
         0.75,
     )
 
@@ -350,7 +348,26 @@ def check_throughput(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | 
         "throughput",
         "Time lost to " + ("rewards" if rewards_slow else "padding"),
         "; ".join(found),
-        "run reward functions in worker processes (reward.num_workers) and make them cheaper; "
-        "against padding, pack micro-batches by tokens (train.micro_batch_tokens)",
+        _throughput_advice(run, rewards_slow, pad > dc.padding_share),
         0.35,
     )
+
+
+def _throughput_advice(run: Run, rewards_slow: bool, padded: bool) -> str:
+    """Worker processes and token-packed micro-batches, each advised only where the run is without them."""
+    workers, packed = setting(run, "reward.num_workers"), setting(run, "train.micro_batch_tokens")
+    advice = []
+    if rewards_slow:
+        advice.append(
+            f"make the reward functions cheaper (they run in reward.num_workers={workers} worker processes)"
+            if isinstance(workers, int) and workers > 0
+            else "run reward functions in worker processes (reward.num_workers) and make them cheaper"
+        )
+    if padded:
+        advice.append(
+            f"padding: micro-batches are packed by tokens already (train.micro_batch_tokens={packed}); what remains "
+            "comes from completions of very different lengths"
+            if isinstance(packed, int) and packed > 0
+            else "against padding, pack micro-batches by tokens (train.micro_batch_tokens)"
+        )
+    return "; ".join(advice)

@@ -138,22 +138,45 @@ def samples_text(step: int, rows: list[dict[str, Any]]) -> str:
 
 
 class TensorBoardSink:
+    """Event files in RUN_DIR/tensorboard, one per session of the run. A resumed session marks where it restarts
+    (``restart_at``) before its first scalar, so TensorBoard drops what the abandoned session logged from that
+    step on instead of drawing both (a zig-zag over the steps trained twice)."""
+
     name = "tensorboard"
 
-    def __init__(self, run_dir: Path | None, config: Mapping[str, Any]) -> None:
+    def __init__(self, run_dir: Path | None, config: Mapping[str, Any], resume_step: int | None = None) -> None:
         _require("tensorboard", "tensorboard")
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(Path(run_dir or ".") / "tensorboard"))
+        self.restart_at = None if resume_step is None else resume_step + 1
+        """The first step a resumed session logs, in the steps this sink is given (grpokit's; grpokit.trl sets
+        TRL's, which count updates); None for a fresh run or once marked."""
         if config:
             self.writer.add_text("config", "\n".join(f"    {k}: {v}" for k, v in flatten(config).items()), 0)
 
+    def _mark_restart(self) -> None:
+        """SummaryWriter's purge_step, written at the first scalar rather than at opening, when the steps are
+        known: a SessionLog START at ``restart_at`` makes TensorBoard purge the earlier events at or after it.
+        Twice: TensorBoard's server takes a run's first START as its opening, not a restart (an earlier session
+        of grpokit's wrote none), while its event-file reader purges at each (the second purges nothing more)."""
+        if self.restart_at is None:
+            return
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+        for _ in range(2):
+            start = Event(step=self.restart_at, session_log=SessionLog(status=SessionLog.START))
+            self.writer.file_writer.add_event(start)
+        self.restart_at = None
+
     def log(self, metrics: Mapping[str, float], step: int) -> None:
+        self._mark_restart()
         for key, value in finite_scalars(metrics).items():
             self.writer.add_scalar(trl_name(key), value, step)
 
     def log_entry(self, logs: Mapping[str, Any], step: int) -> None:
         """A transformers log entry at ``step``, as its TensorBoardCallback writes it."""
+        self._mark_restart()
         for key, value in finite_scalars(rewrite_logs(logs)).items():
             self.writer.add_scalar(key, value, step)
         self.writer.flush()
@@ -280,12 +303,19 @@ class TrackioSink:
 
 
 def make_tracker(
-    kind: str, run_dir: Path | None, config: Mapping[str, Any], project: str | None = None, run_name: str | None = None
+    kind: str,
+    run_dir: Path | None,
+    config: Mapping[str, Any],
+    project: str | None = None,
+    run_name: str | None = None,
+    resume_step: int | None = None,
 ) -> Any:
-    """Build the tracker sink `kind` ("tensorboard", "wandb", "mlflow" or "trackio")."""
+    """Build the tracker sink `kind` ("tensorboard", "wandb", "mlflow" or "trackio"); `resume_step`: the
+    checkpoint's step when resuming, read by TensorBoard's sink (W&B and MLflow start a run of their own per
+    session, so no run of theirs holds both an abandoned session's steps and the new one's)."""
     project = project or "grpokit"
     if kind == "tensorboard":
-        return TensorBoardSink(run_dir, config)
+        return TensorBoardSink(run_dir, config, resume_step)
     if kind == "wandb":
         return WandbSink(run_dir, config, project, run_name)
     if kind == "mlflow":

@@ -168,6 +168,14 @@ def sink_of(callback: Any) -> str | None:
     return callback.sink_name if isinstance(callback, _Tracker) else None
 
 
+def resumed_at(callbacks: list, step: int) -> None:
+    """A resumed run's trackers are fed log_history's entries from TRL's ``step`` on: TensorBoard's sink marks its
+    restart there (trackers.TensorBoardSink.restart_at, which grpokit's loop set in its own steps)."""
+    for cb in callbacks:
+        if isinstance(cb, _Tracker) and getattr(cb.sink, "name", None) == "tensorboard":
+            cb.sink.restart_at = step
+
+
 class RoundsMuted:
     """A tracker sink whose per-round ``log`` from grpokit's loop is dropped: under grpokit.trl it is fed
     log_history's entries by its callback instead; samples, warnings and close pass through."""

@@ -206,6 +206,7 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         self._connect_bridge(trainer)
         if resume:
             self.bridge.state.global_step = trainer.updates
+            default_callbacks.resumed_at(self.bridge.user.callbacks, trainer.updates + 1)  # TRL's steps from here
             link = Path(self.cfg.train.out) / f"checkpoint-{trainer.updates}"
             resumed_state.restore(self.bridge.state, link)  # log_history, token count, best record ...
             if self.args.restore_callback_states_from_checkpoint:
