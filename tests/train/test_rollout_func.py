@@ -91,3 +91,18 @@ def test_rows_kept_by_a_filter_keep_their_own_prompts_and_token_counts():
 def test_prompt_ids_neither_per_prompt_nor_per_completion_get_one_sentence():
     with pytest.raises(ConfigError, match=r"^rollout_func returned 3 prompt_ids for 2 prompts x group_size=2; give"):
         call_rollout_func(per_row([[5], [5], [7]]), None, PROMPTS, 2, ENDS)
+
+
+def test_extra_keys_follow_trls_rule_a_list_per_completion_anything_else_to_every_one():
+    # before: list(v) split "ckpt" into ["c", "k", "p", "t"] (4 completions: silently one letter each) and
+    # failed on the number 3; TRL gives every row a value that is not a list, the tuple included
+    tag = ("a", "b")
+    ro, extra = call_rollout_func(
+        func(policy_tag="ckpt", version=3, pair=tag, hint=[0.5, 1.5, 2.5, 3.5]), None, PROMPTS, 2, ENDS
+    )
+    assert extra == {"policy_tag": ["ckpt"] * 4, "version": [3] * 4, "pair": [tag] * 4, "hint": [0.5, 1.5, 2.5, 3.5]}
+
+
+def test_an_extra_list_of_another_length_gets_one_sentence():
+    with pytest.raises(ConfigError, match=r"^rollout_func returned 'hint' as a list of 2 values for 4 completions; a"):
+        call_rollout_func(func(hint=[1, 2]), None, PROMPTS, 2, ENDS)

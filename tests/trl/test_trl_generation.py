@@ -104,6 +104,43 @@ def test_a_rollout_funcs_completions_each_train_on_their_own_prompt(backend, cha
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rollout_funcs_extra_value_that_is_no_list_reaches_every_completion(backend, chat_model, tmp_path):
+    """TRL's rule for a rollout_func's other keys: a list is one value per completion, anything else goes to
+    every completion whole. Before, grpokit.trl split the string "ckpt" into its 4 letters."""
+    if backend == "trl":
+        pytest.importorskip("trl")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(chat_model)
+    abc, eos = tok("abc")["input_ids"], tok.eos_token_id
+    seen = []
+
+    def rollout_func(prompts, trainer):
+        n = len(prompts)
+        return {
+            "prompt_ids": [tok(p)["input_ids"] for p in prompts],
+            "completion_ids": [abc + [eos]] * n,
+            "logprobs": [[0.0] * 4] * n,
+            "policy_tag": "ckpt",
+            "version": 7,
+            "hint": [float(i) for i in range(n)],
+        }
+
+    def tagged(completions, policy_tag, version, hint, **kwargs):
+        seen.append((len(completions), policy_tag, version, hint))
+        return [0.0] * len(completions)
+
+    trl = importlib.import_module(backend)
+    args = small_args(trl.GRPOConfig, tmp_path / "o", max_steps=1, max_completion_length=6, report_to=[])
+    tr = trl.GRPOTrainer(
+        model=chat_model, reward_funcs=[tagged], args=args, train_dataset=DATA, rollout_func=rollout_func
+    )
+    tr.train()
+    n, tag, version, hint = seen[0]
+    assert tag == ["ckpt"] * n and version == [7] * n and hint == [float(i) for i in range(n)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_subclass_completion_ending_on_eos_at_the_cap_is_not_truncated(backend, chat_model, tmp_path):
     if backend == "trl":
         pytest.importorskip("trl")

@@ -63,8 +63,22 @@ ROLLOUT_KEYS = ("prompt_ids", "completion_ids", "logprobs", "env_mask", "finish_
 
 
 def extra_columns(out: dict, n: int) -> dict[str, list]:
-    """The dict's other keys as reward columns of ``n`` rows."""
-    return {k: list(v) for k, v in out.items() if k not in ROLLOUT_KEYS}
+    """The dict's other keys as reward columns of ``n`` rows, by TRL's rule: a list gives one value per
+    completion, any other value (a string, a number, a tuple ...) is every completion's."""
+    extra = {}
+    for key, value in out.items():
+        if key in ROLLOUT_KEYS:
+            continue
+        if not isinstance(value, list):
+            extra[key] = [value] * n
+        elif len(value) == n:
+            extra[key] = list(value)
+        else:
+            raise ConfigError(
+                f"rollout_func returned {key!r} as a list of {len(value)} values for {n} completions; a list "
+                "gives one value per completion (TRL's rule), any other value (a string, a number) goes to every one"
+            )
+    return extra
 
 
 def _finish_reasons(out: dict, comps: list, ends: frozenset[int]) -> list[str]:
