@@ -132,6 +132,15 @@ def gather_rows(prompt_ids: list[list[int]], sources: list[tuple["Rollout", int]
     )
 
 
+@dataclass(frozen=True)
+class ObservedPrompt:
+    """An episode's prompt with its environment's reset() observation joined (rollout/episode_starts.py), as the
+    reward functions and the samples get it."""
+
+    text: str  # the text the model saw: the prompt rendered with the observation (grpokit's convention, samples)
+    raw: Any  # the dataset's prompt with the observation appended to its last message's content (TRL's convention)
+
+
 @dataclass
 class Episode:
     """One multi-turn episode of a Rollout row (see rollout/episodes.py).
@@ -155,6 +164,8 @@ class Episode:
     )
     tool_results_truncated: int = 0  # tool results cut at env.max_tool_output_chars
     observation_truncated: bool = False  # its reset() observation was cut at env.max_observation_chars
+    observed: ObservedPrompt | None = None  # its prompt with its reset() observation; None: it started from the
+    # bare prompt (no environment, no observation, or a reset that failed)
 
     @property
     def turns(self) -> int:

@@ -225,7 +225,9 @@ def _sample_and_grade(prompts, episodes, sample, tokenizer, fn, params, n: int, 
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
             completions, env_columns = reward_inputs(ro, texts, [p for p in chunk for _ in range(n)], convention)
             columns = {**repeat_columns(chunk, n), **env_columns}
-            res = runner.score(reward_prompts(chunk, n, convention), completions, ro.completion_ids, n, columns)
+            res = runner.score(
+                reward_prompts(chunk, n, convention, ro.episodes), completions, ro.completion_ids, n, columns
+            )
             if ro.episodes is not None:  # an episode's answer is its last message when the model's (none: "")
                 texts = [model_answer(e.messages) or "" if e.messages else t for e, t in zip(ro.episodes, texts)]
             first = res.rewards_NF[:, 0]

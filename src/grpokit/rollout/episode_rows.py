@@ -13,6 +13,8 @@ from typing import Any
 
 from grpokit.types import Episode, Rollout
 
+from .episode_starts import Started
+
 
 @dataclass
 class Row:
@@ -38,11 +40,9 @@ def started_row(own: list[int]) -> Row:
     return Row(ids=list(own), logps=[0.0] * len(own), mask=[0] * len(own), turn_ids=[0] * len(own))
 
 
-def episodes_rollout(
-    prompt_ids: list[list[int]], rows: list[Row], envs: list, reset_failed: list[bool], G: int, cut: list[bool]
-) -> Rollout:
-    """The finished rows as a Rollout, each with its Episode record (mask, turns, tools, environment);
-    ``cut[i]``: episode i's reset() observation was cut at env.max_observation_chars."""
+def episodes_rollout(prompt_ids: list[list[int]], rows: list[Row], started: Started, G: int) -> Rollout:
+    """The finished rows as a Rollout, each with its Episode record (mask, turns, tools, environment, and
+    from ``started``: whether its reset failed, its observation was cut, its prompt with that observation)."""
     episodes = [
         Episode(
             model_mask=r.mask,
@@ -53,11 +53,12 @@ def episodes_rollout(
             tool_errors=r.tool_errors,
             environment=env,
             tool_timeouts=r.tool_timeouts,
-            reset_failed=reset_failed[k // G],
+            reset_failed=started.failed[k // G],
             tool_results_truncated=r.tool_truncated,
-            observation_truncated=cut[k],
+            observation_truncated=started.cut[k],
+            observed=started.observed[k],
         )
-        for k, (r, env) in enumerate(zip(rows, envs))
+        for k, (r, env) in enumerate(zip(rows, started.envs))
     ]
     return Rollout(prompt_ids, [r.ids for r in rows], [r.logps for r in rows], [r.finish for r in rows], G, episodes)
 

@@ -32,7 +32,8 @@ engine, so every backend runs the same loop.
 Environments follow TRL: one instance per episode, ``reset(**row)`` before the first turn (a
 returned string is appended to the prompt; when the G episodes of a prompt get different observations,
 a random start as in TRL's 2048 example, each starts from its own: the group shares the common prefix
-of their contexts and each episode begins with the rest as environment tokens, with one warning),
+of their contexts and each episode begins with the rest as environment tokens, with one warning; the
+reward functions get each episode's prompt with its observation, as TRL's),
 public methods as tools, ``done`` read after each turn.
 Unlike TRL, which pools instances and resets them again in later batches, each episode gets a
 fresh instance: the async sampler runs the next batch's episodes while this batch's rewards still
@@ -114,7 +115,7 @@ class EpisodeRunner:
         *,
         tools: list[Callable] | None = None,
         environment_factory: Factory | dict[str, Factory] | None = None,
-        render_prompt: Callable[..., list[int]] | None = None,
+        render_prompt: Callable[..., str] | None = None,
         route_key: str = "environment",
     ):
         self.spec, self.tokenizer = spec, tokenizer
@@ -147,13 +148,14 @@ class EpisodeRunner:
         )  # environments built and reset, observations joined to the prompt
 
     @property
-    def render_prompt(self) -> Callable[..., list[int]] | None:
-        """(raw prompt, observation, schemas) -> ids, for reset() observations (None: the observation's
-        tokens are appended); held by ``starts``, so that setting it after construction reaches the resets."""
+    def render_prompt(self) -> Callable[..., str] | None:
+        """(raw prompt, observation, schemas) -> the rendered text, for reset() observations (None: the
+        observation's tokens are appended); held by ``starts``, so that setting it after construction reaches
+        the resets."""
         return self.starts.render_prompt
 
     @render_prompt.setter
-    def render_prompt(self, fn: Callable[..., list[int]] | None) -> None:
+    def render_prompt(self, fn: Callable[..., str] | None) -> None:
         self.starts.render_prompt = fn
 
     def _schemas(self, fns: list[Callable]) -> list[dict]:
@@ -188,7 +190,8 @@ class EpisodeRunner:
         if not self.multi_turn:  # the one-turn episode: the sampler's rollout as it is
             return _one_turn(sample, prompts, G, params)
         names = [self.route(p.columns) for p in prompts]
-        envs, starts, reset_failed, cut = self.starts.reset_all(prompts, names, G)
+        started = self.starts.reset_all(prompts, names, G)
+        envs, starts = started.envs, started.starts
         prompt_ids = [shared for shared, _ in starts]
         turn_params = params
         if self.spec.tool_format == "tags":  # a tag-format call ends the model's turn
@@ -203,7 +206,7 @@ class EpisodeRunner:
                 break
         self._check_hung_tools(rows)
         self._warn_cut_results(rows)
-        return episodes_rollout(prompt_ids, rows, envs, reset_failed, G, cut)
+        return episodes_rollout(prompt_ids, rows, started, G)
 
     def _run_turn(
         self,
