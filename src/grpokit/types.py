@@ -110,6 +110,13 @@ class Rollout:
         return gather_rows([self.prompt_ids[p] for p in prompts], [(self, i) for i in rows], group_size)
 
 
+def grouped_prompts(prompts_N: list[list[int]], group_size: int) -> tuple[list[list[int]], list[list[int]] | None]:
+    """Every row's prompt (N) as a Rollout holds them: each group's (its first row's) and, where the rows of
+    some group differ, every row's (``row_prompt_ids``); None when each group's rows share theirs."""
+    apart = any(prompts_N[i] != prompts_N[i - i % group_size] for i in range(len(prompts_N)))
+    return [list(p) for p in prompts_N[::group_size]], [list(p) for p in prompts_N] if apart else None
+
+
 def gather_rows(prompt_ids: list[list[int]], sources: list[tuple["Rollout", int]], group_size: int) -> Rollout:
     """A Rollout whose completion k is row ``sources[k][1]`` of rollout ``sources[k][0]`` (every
     per-row field travels together, the episode records included)."""

@@ -93,3 +93,26 @@ def test_an_observation_joins_typed_content_parts_as_one_more_text_part():
     assert with_observation(parts, " go") == [
         {"role": "user", "content": [{"type": "text", "text": "play"}, {"type": "text", "text": " go"}]}
     ]
+
+
+def test_a_random_resets_observation_takes_nothing_from_the_models_token_budget():
+    """Each episode's observation is its prompt, as TRL's: the model keeps all max_episode_tokens=3 of its turn
+    ("<answer>", "0", "</answer>" of its 4-token answer, cut there). Before, the part of the observation the
+    group did not share ("1" / "2" after "4= 1": one token) began each completion as environment tokens and
+    counted against the cap, leaving the model 2."""
+
+    class Random(Counter):
+        n = 0
+
+        def reset(self, **row):
+            Random.n += 1
+            self.count, self.target, self.done = 0, 9, False
+            return f" 1{Random.n}"
+
+    Random.n = 0
+    p = Prompt("4=", ids("4="), {"answer": "4"}, "4=")
+    with pytest.warns(UserWarning, match="different observations"):
+        ro, seen = run(Random, p, spec=EpisodeSpec(max_turns=1, max_episode_tokens=3, tool_format="tags"))
+    assert ro.model_lengths() == [3, 3] and ro.finish_reasons == ["length", "length"]
+    assert ro.completion_ids == [ids("<answer>0</answer>")] * 2  # no environment token before the model's
+    assert sorted(TOK.decode(ro.prompt_of(i)) for i in range(2)) == ["4= 11", "4= 12"]

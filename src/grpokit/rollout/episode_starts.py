@@ -5,9 +5,9 @@ the first turn. Every environment is built and reset in a call thread within ``r
 (env/calls.py); a reset that raises or runs over is contained (that prompt's episodes start from
 the bare prompt) and counted, and past ``max_failure_fraction`` of a batch the run stops.
 
-A start is the context the G episodes of a prompt share and each episode's own rest: empty when the
-observations agree, else (a random reset, which TRL accepts) the part of its own rendered context
-the group does not share, as environment tokens. Each episode also keeps its prompt with its observation
+Each episode starts from its own context: the prompt with its own observation joined, the same for
+the G episodes of a prompt unless their resets returned different observations (a random reset, which
+TRL accepts: each is then its own prompt, as TRL's). Each episode also keeps its prompt with its observation
 (``ObservedPrompt``: the rendered text and TRL's form, the observation appended to the last message), which
 the reward functions get as ``prompts``, as TRL passes them.
 """
@@ -27,7 +27,6 @@ from grpokit.types import ObservedPrompt, Prompt
 
 log = logging.getLogger("grpokit.env")
 Factory = Callable[[], Any]
-Start = tuple[list[int], list[list[int]]]  # (the ids a prompt's G episodes share, each episode's own rest)
 
 
 @dataclass
@@ -35,7 +34,7 @@ class Started:
     """A batch's episodes as ``EpisodeStarts.reset_all`` leaves them, before their first turn."""
 
     envs: list  # N: each episode's environment (None without one, or where its reset failed)
-    starts: list[Start]  # P: the ids a prompt's G episodes share and each episode's own rest
+    contexts: list[list[int]]  # N: the ids each episode starts from (its prompt with its observation)
     failed: list[bool]  # P: its resets raised or ran over (its episodes start from the bare prompt)
     cut: list[bool]  # N: its observation was cut at max_observation_chars
     observed: list[ObservedPrompt | None]  # N: its prompt with its observation; None: the bare prompt
@@ -83,13 +82,13 @@ class EpisodeStarts:
     def reset_all(self, prompts: list[Prompt], names: list[str | None], G: int) -> Started:
         """Build and reset the G environments of every prompt, all at once, each within
         ``reset_timeout_s`` (env/calls.py: daemon threads, a bounded number abandoned); their
-        observation (if any) joins the prompt. Each prompt's start is the context its G episodes share and
-        each episode's own rest (empty unless the observations differ: ``_observed``). A prompt whose resets
+        observation (if any) joins the prompt: each episode's context (``_observed``). A prompt whose resets
         raise or run over starts from the bare prompt (its ``failed`` entry True), never a crash or a hang;
         past ``max_failure_fraction`` of the batch's episodes the run stops (EnvironmentFailure). ``cut`` says,
         per episode, whether its observation was cut at ``max_observation_chars`` (warned about once)."""
         N = len(prompts) * G
-        started = Started([None] * N, [_bare(p, G) for p in prompts], [False] * len(prompts), [False] * N, [None] * N)
+        bare = [list(p.ids) for p in prompts for _ in range(G)]
+        started = Started([None] * N, bare, [False] * len(prompts), [False] * N, [None] * N)
         if not self.factories:
             return started
         rows = [self._reset_row(p) for p in prompts]
@@ -105,7 +104,7 @@ class EpisodeStarts:
         for k, p in enumerate(prompts):
             if not started.failed[k]:
                 obs = [o.value[1] for o in outs[k * G : (k + 1) * G]]
-                started.starts[k] = self._observed(p, rows[k], obs, names[k], started, k)
+                started.contexts[k * G : (k + 1) * G] = self._observed(p, rows[k], obs, names[k], started, k)
         self._report_failures(outs, started.failed, G)
         self._warn_cut(started.cut)
         return started
@@ -150,14 +149,12 @@ class EpisodeStarts:
 
     def _observed(
         self, prompt: Prompt, row: dict[str, Any], obs: list, name: str | None, started: Started, k: int
-    ) -> Start:
-        """The start of prompt ``k``'s G episodes after their resets: the shared context and each episode's own
-        rest. When the observations agree (or there are none) the rest is empty; when they differ (a random
-        reset, which TRL accepts), each episode's context is the prompt rendered with its own observation,
-        the group sharing their common prefix and each episode starting with the rest as environment tokens
-        (never trained on). An episode whose reset() returned None starts from the bare prompt, as TRL's. Marks
-        in ``started`` each episode's observation cut and its prompt with the observation."""
-        G, bare = len(obs), _bare(prompt, len(obs))
+    ) -> list[list[int]]:
+        """The contexts prompt ``k``'s G episodes start from after their resets: the prompt with each one's
+        observation. When the observations differ (a random reset, which TRL accepts) each episode starts from
+        its own, as TRL's (one warning); an episode whose reset() returned None starts from the bare prompt, as
+        TRL's. Marks in ``started`` each episode's observation cut and its prompt with the observation."""
+        G, bare = len(obs), [list(prompt.ids) for _ in obs]
         if all(o is None for o in obs):
             return bare
         cap = self.spec.max_observation_chars
@@ -177,11 +174,9 @@ class EpisodeStarts:
                 stacklevel=2,
             )
         joined = {t: self._with_observation(prompt, row["prompt"], t, name) for t in set(texts) if t is not None}
-        contexts = [list(prompt.ids) if t is None else joined[t][0] for t in texts]
         for g, t in enumerate(texts):
             started.observed[k * G + g] = None if t is None else joined[t][1]
-        shared = _common_prefix(contexts)
-        return shared, [c[len(shared) :] for c in contexts]
+        return [list(prompt.ids) if t is None else list(joined[t][0]) for t in texts]
 
     def _with_observation(
         self, prompt: Prompt, raw: Any, text: str, name: str | None
@@ -195,21 +190,6 @@ class EpisodeStarts:
         rendered = self.render_prompt(raw, text, self.schemas_for(name))
         ids = list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
         return ids, ObservedPrompt(rendered, shown)
-
-
-def _bare(prompt: Prompt, G: int) -> Start:
-    """The start of G episodes from the bare prompt (no observation, or a reset that failed)."""
-    return list(prompt.ids), [[] for _ in range(G)]
-
-
-def _common_prefix(seqs: list[list[int]]) -> list[int]:
-    """The longest list of ids every sequence starts with."""
-    first = seqs[0]
-    n = min(len(q) for q in seqs)
-    for k in range(n):
-        if any(q[k] != first[k] for q in seqs):
-            return list(first[:k])
-    return list(first[:n])
 
 
 def _build_and_reset(factory: Factory, row: dict[str, Any]) -> tuple[Any, Any]:

@@ -8,6 +8,7 @@ from typing import Callable
 
 from grpokit.config.sections import ConfigError
 from grpokit.rollout.finish import FINISH_REASONS, finish_by_last_token
+from grpokit.types import Episode, Rollout, grouped_prompts
 
 
 def call_rollout_func(fn: Callable, trainer, prompts, group_size: int, ends: frozenset[int]):
@@ -17,8 +18,6 @@ def call_rollout_func(fn: Callable, trainer, prompts, group_size: int, ends: fro
     completion; without it, TRL's rule: cut unless the last token is one of ``ends``, rollout/finish.py);
     other keys go to the reward functions (``extra_columns``). A completion trains on its own prompt,
     as TRL's: where the rows of a group were given different prompts, each row keeps its own."""
-    from grpokit.types import Episode, Rollout
-
     out = fn([p.raw if p.raw is not None else p.text for p in prompts], trainer)
     missing = sorted({"prompt_ids", "completion_ids", "logprobs"} - set(out))
     if missing:
@@ -53,10 +52,7 @@ def _prompt_ids(pids, P: int, G: int) -> tuple[list[list[int]], list[list[int]] 
             f"rollout_func returned {len(pids)} prompt_ids for {P} prompts x group_size={G}; give one per "
             f"completion ({P * G}, TRL's convention) or one per prompt ({P})"
         )
-    if len(pids) == P:
-        return pids, None
-    apart = any(pids[i] != pids[i - i % G] for i in range(P * G))
-    return pids[::G], pids if apart else None
+    return (pids, None) if len(pids) == P else grouped_prompts(pids, G)
 
 
 ROLLOUT_KEYS = ("prompt_ids", "completion_ids", "logprobs", "env_mask", "finish_reasons")
