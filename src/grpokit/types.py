@@ -72,7 +72,7 @@ class Rollout:
     logprob is 0.0). ``episodes`` is None for plain completions (every token is the model's).
     """
 
-    prompt_ids: list[list[int]]  # P
+    prompt_ids: list[list[int]]  # P: each group's prompt (its first row's where row_prompt_ids gives each row's)
     completion_ids: list[list[int]]  # N
     sampling_logprobs: list[list[float]]  # N
     finish_reasons: list[
@@ -85,10 +85,17 @@ class Rollout:
     # drew it (an asynchronous sampler's batches); a row one version drew is a OneVersion (one int, not a list per
     # token), a partial rollout's row spanning versions a list; a row None, or the whole field None: drawn by the
     # policy the step trains from (rollout/staleness.py: age 0)
+    row_prompt_ids: list[list[int]] | None = None  # N: each row's own prompt where the rows of a group were sampled
+    # from different prompts (a rollout_func's prompt_ids, one per completion, as TRL trains them); None: every row's
+    # prompt is its group's, prompt_ids[i // group_size]
 
     @property
     def num_sequences(self) -> int:
         return len(self.completion_ids)
+
+    def prompt_of(self, i: int) -> list[int]:
+        """The prompt row i continues: its own where the rows of its group differ, else its group's."""
+        return self.row_prompt_ids[i] if self.row_prompt_ids is not None else self.prompt_ids[i // self.group_size]
 
     def model_mask(self, i: int) -> list[int]:
         """1 for each completion token of row i the model sampled, 0 for environment tokens."""
@@ -103,6 +110,13 @@ class Rollout:
         return gather_rows([self.prompt_ids[p] for p in prompts], [(self, i) for i in rows], group_size)
 
 
+def grouped_prompts(prompts_N: list[list[int]], group_size: int) -> tuple[list[list[int]], list[list[int]] | None]:
+    """Every row's prompt (N) as a Rollout holds them: each group's (its first row's) and, where the rows of
+    some group differ, every row's (``row_prompt_ids``); None when each group's rows share theirs."""
+    apart = any(prompts_N[i] != prompts_N[i - i % group_size] for i in range(len(prompts_N)))
+    return [list(p) for p in prompts_N[::group_size]], [list(p) for p in prompts_N] if apart else None
+
+
 def gather_rows(prompt_ids: list[list[int]], sources: list[tuple["Rollout", int]], group_size: int) -> Rollout:
     """A Rollout whose completion k is row ``sources[k][1]`` of rollout ``sources[k][0]`` (every
     per-row field travels together, the episode records included)."""
@@ -111,6 +125,7 @@ def gather_rows(prompt_ids: list[list[int]], sources: list[tuple["Rollout", int]
         eps = [e if e is not None else Episode.single(len(ro.completion_ids[i])) for e, (ro, i) in zip(eps, sources)]
     vision = [ro.vision[i] for ro, i in sources] if sources and sources[0][0].vision is not None else None
     versions = [ro.sampling_versions[i] if ro.sampling_versions is not None else None for ro, i in sources]
+    own = any(ro.row_prompt_ids is not None for ro, _ in sources)  # rows of a group that started apart stay apart
     return Rollout(
         [list(p) for p in prompt_ids],
         [ro.completion_ids[i] for ro, i in sources],
@@ -120,7 +135,17 @@ def gather_rows(prompt_ids: list[list[int]], sources: list[tuple["Rollout", int]
         eps if any(e is not None for e in eps) else None,
         vision,
         versions if any(v is not None for v in versions) else None,  # a refill's rows: None, the step's own policy
+        [list(ro.prompt_of(i)) for ro, i in sources] if own else None,
     )
+
+
+@dataclass(frozen=True)
+class ObservedPrompt:
+    """An episode's prompt with its environment's reset() observation joined (rollout/episode_starts.py), as the
+    reward functions and the samples get it."""
+
+    text: str  # the text the model saw: the prompt rendered with the observation (grpokit's convention, samples)
+    raw: Any  # the dataset's prompt with the observation appended to its last message's content (TRL's convention)
 
 
 @dataclass
@@ -146,6 +171,8 @@ class Episode:
     )
     tool_results_truncated: int = 0  # tool results cut at env.max_tool_output_chars
     observation_truncated: bool = False  # its reset() observation was cut at env.max_observation_chars
+    observed: ObservedPrompt | None = None  # its prompt with its reset() observation; None: it started from the
+    # bare prompt (no environment, no observation, or a reset that failed)
 
     @property
     def turns(self) -> int:

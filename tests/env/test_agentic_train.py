@@ -128,6 +128,31 @@ def test_environment_factory_reward_and_reset(tag_model_dir, tmp_path):
     assert m["rewards/Adder/mean"] == 0.5 and m["episodes/finished_done"] == 0.5  # the adders reach the target
 
 
+def test_reward_functions_and_samples_get_the_prompt_with_the_reset_observation(tag_model_dir, tmp_path):
+    """Counter.reset returns " go", which the model sees after "4=": the reward functions' prompts and the
+    samples show "4= go" (before: "4=", the prompt without what the environment showed)."""
+    seen = []
+
+    def prompts_seen(prompts, completions, **kwargs):
+        seen.extend(prompts)
+        return [0.0] * len(completions)
+
+    over = ["rollout.group_size=2", "train.prompts_per_step=1", "record.samples_every=1", "env.max_turns=1"]
+    base = [f"model.name_or_path={tag_model_dir}", "data.task=", "reward.functions=[]", "train.steps=1"]
+    run = [f"train.out={tmp_path / 'r'}", "record.sinks=[]", "record.report=false", "data.eval_size=0"]
+    tr = Trainer(
+        apply_overrides(Config(), base + over + run),
+        reward_funcs=[prompts_seen],
+        train_rows=[{"prompt": "4=", "answer": "4"}],
+        eval_rows=[],
+        quiet=True,
+        environment_factory=Counter,
+    )
+    scripted(tr, lambda ctx, g: "<answer>4</answer><eos>").train()
+    assert seen == ["4= go", "4= go"]
+    assert json.loads((tmp_path / "r" / "samples.jsonl").read_text().splitlines()[0])["prompt"] == "4= go"
+
+
 def test_rollout_func_and_env_mask(tag_model_dir, tmp_path):
     seen = {}
 

@@ -173,6 +173,15 @@ def test_samples_rows_and_schedule(tmp_path: Path) -> None:
     assert len(saved) == 1 and saved[0]["step"] == 10 and saved[0]["completions"][0]["text"] == "2"
 
 
+def test_a_completion_whose_prompt_differs_from_its_rows_keeps_its_own() -> None:
+    # an environment's random reset: completion 1 started from "play B", its row shows completion 0's "play A"
+    rows = sample_rows(
+        ["play A"], ["x", "y"], {}, [0, 0], [0, 0], [1, 1], ["stop"] * 2, 2, completion_prompts=["play A", "play B"]
+    )
+    assert rows[0]["prompt"] == "play A" and "prompt" not in rows[0]["completions"][0]
+    assert rows[0]["completions"][1]["prompt"] == "play B"
+
+
 def test_sample_rows_checks_lengths() -> None:
     with pytest.raises(ValueError, match="advantages has 1 entries, expected 2"):
         sample_rows(["p"], ["a", "b"], {}, [1, 2], [1], [1, 1], ["stop", "stop"], group_size=2)

@@ -185,8 +185,8 @@ def test_environment_instances_reset_observation_tools_and_done():
 
 def test_random_reset_starts_each_episode_from_its_own_observation():
     """TRL accepts a reset() whose observation differs between the G episodes (its 2048 example's random
-    tiles): each episode's context is the prompt + its own observation. The group shares the common
-    prefix "4= 1" and each episode starts with the rest as untrained environment tokens."""
+    tiles): each episode's context is the prompt + its own observation, its own prompt as in TRL (before: the
+    group shared the common prefix "4= 1" and each completion began with the rest as environment tokens)."""
 
     class Random(Counter):
         n = 0
@@ -204,10 +204,9 @@ def test_random_reset_starts_each_episode_from_its_own_observation():
         ro = runner.run(sampler, [prompt("4=", answer="4")], 2, SamplingParams())
     # resets run in parallel threads, so which episode drew " 11" is not fixed; each must see its own
     assert sorted(seen) == ["4= 11", "4= 12"]  # each episode's first turn saw its own observation
-    assert ro.prompt_ids == [ids("4= 1")]  # the shared prefix
-    assert [c[:1] for c in ro.completion_ids] == [ids(s[-1]) for s in seen]  # and its completion starts with it
-    assert [e.model_mask[:1] for e in ro.episodes] == [[0], [0]]  # the observation's own part is never trained on
-    assert [e.model_mask[1:] for e in ro.episodes] == [[1] * len(ids("<answer>0</answer>")) + [1]] * 2
+    assert [ro.prompt_of(i) for i in range(2)] == [ids(s) for s in seen]  # each row's own prompt (rows in order)
+    assert ro.prompt_ids == [ids(seen[0])]  # the group's: its first row's
+    assert [e.model_mask for e in ro.episodes] == [[1] * len(ids("<answer>0</answer>")) + [1]] * 2  # the model's only
 
 
 # ---------------------------------------------------------------- stage 5 sees only the mask

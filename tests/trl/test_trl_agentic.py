@@ -158,7 +158,8 @@ def test_tools_and_environment_factory_run_through_the_trl_trainer(tool_model, t
     assert conv0[2] == {"role": "assistant", "content": "six"}
     assert [m["role"] for m in conv1] == ["assistant", "tool", "assistant", "tool"]  # ended by done after the 2nd add
     assert conv1[3] == {"role": "tool", "name": "add", "content": "6"}
-    assert SEEN["prompts"][0] == [{"role": "user", "content": "count"}]  # the prompt as the dataset holds it
+    # the prompt with reset()'s observation in its user turn, as TRL passes it (before: the dataset's "count")
+    assert SEEN["prompts"][0] == [{"role": "user", "content": "count to 4"}]
 
     # rewards: closes_counter weighted 2.0 (reward_weights), Counter.get_reward appended with weight 1 (TRL's rule).
     # target 4: the multiplier 0, the adder overshoots to 6 -> 0 and 0; target 6: multiplier 0, adder 2*0.5 + 1 = 2.

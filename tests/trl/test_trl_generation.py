@@ -73,6 +73,74 @@ def test_a_rollout_funcs_completion_without_eos_last_is_truncated(backend, mask,
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rollout_funcs_completions_each_train_on_their_own_prompt(backend, chat_model, tmp_path):
+    """TRL pads ``prompt_ids`` row by row: completion i continues its own prompt even where the rows of a group
+    were given different ones (a randomised start per episode). Before, grpokit.trl kept each group's first."""
+    if backend == "trl":
+        pytest.importorskip("trl")
+    trl = importlib.import_module(backend)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(chat_model)
+    a, eos = tok.convert_tokens_to_ids("a"), tok.eos_token_id
+    seen = []
+
+    def rollout_func(prompts, trainer):  # row i's prompt: i + 1 tokens "a"
+        return {
+            "prompt_ids": [[a] * (i + 1) for i in range(len(prompts))],
+            "completion_ids": [[a, eos]] * len(prompts),
+            "logprobs": [[0.0, 0.0]] * len(prompts),
+        }
+
+    class Seen(trl.GRPOTrainer):
+        def _compute_loss(self, model, inputs):
+            seen.extend(inputs["prompt_mask"].sum(dim=1).tolist())
+            return super()._compute_loss(model, inputs)
+
+    h = run(backend, chat_model, tmp_path / "o", trainer_cls=Seen, rollout_func=rollout_func)
+    # 2 prompts x 4 rows: prompts of 1 .. 8 tokens (TRL shuffles the rows; before: 1, 1, 1, 1, 5, 5, 5, 5)
+    assert sorted(seen) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert h["num_tokens"] == 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8 + 8 * 2  # 52 (before: 4 * 1 + 4 * 5 + 16 = 40)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rollout_funcs_extra_value_that_is_no_list_reaches_every_completion(backend, chat_model, tmp_path):
+    """TRL's rule for a rollout_func's other keys: a list is one value per completion, anything else goes to
+    every completion whole. Before, grpokit.trl split the string "ckpt" into its 4 letters."""
+    if backend == "trl":
+        pytest.importorskip("trl")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(chat_model)
+    abc, eos = tok("abc")["input_ids"], tok.eos_token_id
+    seen = []
+
+    def rollout_func(prompts, trainer):
+        n = len(prompts)
+        return {
+            "prompt_ids": [tok(p)["input_ids"] for p in prompts],
+            "completion_ids": [abc + [eos]] * n,
+            "logprobs": [[0.0] * 4] * n,
+            "policy_tag": "ckpt",
+            "version": 7,
+            "hint": [float(i) for i in range(n)],
+        }
+
+    def tagged(completions, policy_tag, version, hint, **kwargs):
+        seen.append((len(completions), policy_tag, version, hint))
+        return [0.0] * len(completions)
+
+    trl = importlib.import_module(backend)
+    args = small_args(trl.GRPOConfig, tmp_path / "o", max_steps=1, max_completion_length=6, report_to=[])
+    tr = trl.GRPOTrainer(
+        model=chat_model, reward_funcs=[tagged], args=args, train_dataset=DATA, rollout_func=rollout_func
+    )
+    tr.train()
+    n, tag, version, hint = seen[0]
+    assert tag == ["ckpt"] * n and version == [7] * n and hint == [float(i) for i in range(n)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_subclass_completion_ending_on_eos_at_the_cap_is_not_truncated(backend, chat_model, tmp_path):
     if backend == "trl":
         pytest.importorskip("trl")

@@ -651,3 +651,29 @@ def test_a_step_whose_rewards_were_all_none_leaves_the_logged_window_mean_as_trl
         entry = tr.state.log_history[0]
         logged[name] = (entry["rewards/none_first/mean"], entry["rewards/none_first/std"])
     assert logged["grpokit"] == logged["trl"] == (1.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "contents, where",
+    [
+        (
+            ["say cd", "say cd", "say cd", "say ef"],
+            "row 3's prompt differs from row 0's",
+        ),  # before: row 3 sampled "say cd"
+        (["say cd"] * 5, "5 rows"),  # before: 2 groups, 8 completions for 5 rows
+    ],
+)
+def test_generate_and_score_completions_called_with_rows_not_in_groups_is_refused(
+    contents, where, chat_model, tmp_path
+):
+    tr = GRPOTrainer(
+        chat_model,
+        reward_funcs=[short],
+        train_dataset=DATA,
+        args=loss_args(tmp_path / "d", gradient_accumulation_steps=2),
+    )
+    rows = [{"prompt": [{"role": "user", "content": c}]} for c in contents]
+    with pytest.raises(
+        ConfigError, match=rf"^_generate_and_score_completions was called with {where}; grpokit samples"
+    ):
+        tr._generate_and_score_completions(rows)

@@ -34,6 +34,7 @@ class _Batch:  # the fields of rollout/collect.py's ScoredBatch that _logs reads
     rewards_NF = torch.tensor([[1.0, 0.0], [3.0, 0.0], [2.0, 1.0], [2.0, 1.0]])
     total_N = torch.tensor([1.0, 3.0, 3.0, 3.0])
     extra = {"len": [2, 2, 2, 2]}
+    rollout = type("R", (), {"episodes": None})()  # plain completions: every row's prompt is its group's
 
 
 def test_logs_hold_the_latest_completions_with_rewards_advantages_and_extra():

@@ -210,7 +210,7 @@ def _sample_and_grade(prompts, episodes, sample, tokenizer, grading, params, n: 
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
             completions, env_columns = reward_inputs(ro, texts, [p for p in chunk for _ in range(n)], rcfg.convention)
             columns = {**repeat_columns(chunk, n), **env_columns}
-            graded_prompts = reward_prompts(chunk, n, rcfg.convention)
+            graded_prompts = reward_prompts(chunk, n, rcfg.convention, ro.episodes)
             res = runner.score(graded_prompts, completions, ro.completion_ids, n, columns)
             first = res.rewards_NF[:, 0]
             ok = [None if math.isnan(r) else r >= 1 - 1e-6 for r in first.tolist()]  # None: ungraded

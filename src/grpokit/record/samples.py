@@ -8,6 +8,7 @@ the reward), so every `samples_every` steps the trainer passes a few prompts to
      "completions": [{"text": "...", "rewards": {"math": 1.0, "format": 0.5}, "reward": 1.5,
                       "advantage": 0.87, "length": 42, "finish_reason": "stop",
                       "messages": [...]}, ...]}          # "messages": episodes only (the conversation)
+                                                         # "prompt": a completion's own, where it differs
 
 The recorder adds "step". Texts are stored verbatim: they are untrusted model output, and every
 reader (the HTML report included) must escape them.
@@ -30,6 +31,7 @@ def sample_rows(
     group_size: int,
     max_prompts: int = 4,
     messages: Sequence[Sequence[Mapping[str, Any]]] | None = None,
+    completion_prompts: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for `Recorder.log_samples` from flat per-completion lists.
 
@@ -37,7 +39,9 @@ def sample_rows(
     (completions g*G .. g*G+G-1 answer prompt g), as are `rewards_per_func[name]`. Only the first
     `max_prompts` prompts are kept. `messages` (N conversations, for multi-turn episodes) adds each
     completion's whole conversation turn by turn: assistant turns (with their `tool_calls`) and the
-    `tool` messages that answered them.
+    `tool` messages that answered them. `completion_prompts` (N, each completion's own prompt) gives a
+    completion whose prompt differs from its row's (an environment's reset() that returned another
+    observation for it) a `prompt` of its own.
     """
     n = len(texts)
     if n != len(prompts) * group_size:
@@ -67,5 +71,7 @@ def sample_rows(
             )
             if messages is not None:
                 completions[-1]["messages"] = [dict(m) for m in messages[i]]
+            if completion_prompts is not None and completion_prompts[i] != prompt:
+                completions[-1]["prompt"] = completion_prompts[i]
         rows.append({"prompt": prompt, "completions": completions})
     return rows

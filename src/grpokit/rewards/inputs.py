@@ -10,12 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 
-def reward_prompts(prompts, group_size: int, convention: str = "grpokit") -> list:
+def reward_prompts(prompts, group_size: int, convention: str = "grpokit", episodes=None) -> list:
     """The ``prompts`` reward functions receive, one per completion: the text the model saw
-    (grpokit), or the prompt as the dataset holds it, chat messages included (TRL)."""
+    (grpokit), or the prompt as the dataset holds it, chat messages included (TRL). Where an environment's
+    reset() observation joined an episode's prompt (``episodes[i].observed``), that prompt with it: TRL
+    appends the observation to the last message of the prompt it passes, so with an environment that owns
+    the data (no dataset prompt) the user turn is the observation."""
+    rows = [p for p in prompts for _ in range(group_size)]
+    seen = [getattr(e, "observed", None) for e in episodes] if episodes is not None else [None] * len(rows)
     if convention == "trl":
-        return [p.raw if p.raw is not None else p.text for p in prompts for _ in range(group_size)]
-    return [p.text for p in prompts for _ in range(group_size)]
+        return [o.raw if o is not None else p.raw if p.raw is not None else p.text for p, o in zip(rows, seen)]
+    return [o.text if o is not None else p.text for p, o in zip(rows, seen)]
 
 
 def reward_inputs(ro, texts: list[str], prompts=None, convention: str = "grpokit") -> tuple[list, dict[str, list]]:

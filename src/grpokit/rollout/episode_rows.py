@@ -1,6 +1,6 @@
 """One running episode's record (``Row``) and the Rollout a batch of finished rows becomes.
 
-rollout/episodes.py runs the turns and fills the rows: the tokens after the shared prompt with their
+rollout/episodes.py runs the turns and fills the rows: the tokens after the row's prompt with their
 sampling log-probabilities, which of them the model wrote (mask 1) or the environment replied (0), the
 turn of each token, a digest of the state each turn started from, the chat messages, and the tool counts.
 """
@@ -11,7 +11,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpokit.types import Episode, Rollout
+from grpokit.types import Episode, Rollout, grouped_prompts
+
+from .episode_starts import Started
 
 
 @dataclass
@@ -33,16 +35,10 @@ class Row:
     finish: str | None = None
 
 
-def started_row(own: list[int]) -> Row:
-    """A running episode that begins with ``own`` environment tokens (empty: from the shared context)."""
-    return Row(ids=list(own), logps=[0.0] * len(own), mask=[0] * len(own), turn_ids=[0] * len(own))
-
-
-def episodes_rollout(
-    prompt_ids: list[list[int]], rows: list[Row], envs: list, reset_failed: list[bool], G: int, cut: list[bool]
-) -> Rollout:
-    """The finished rows as a Rollout, each with its Episode record (mask, turns, tools, environment);
-    ``cut[i]``: episode i's reset() observation was cut at env.max_observation_chars."""
+def episodes_rollout(contexts: list[list[int]], rows: list[Row], started: Started, G: int) -> Rollout:
+    """The finished rows as a Rollout, each with its Episode record (mask, turns, tools, environment, and
+    from ``started``: whether its reset failed, its observation was cut, its prompt with that observation);
+    ``contexts[i]``, the prompt row i started from, is its group's, or its own where its group's differ."""
     episodes = [
         Episode(
             model_mask=r.mask,
@@ -53,13 +49,23 @@ def episodes_rollout(
             tool_errors=r.tool_errors,
             environment=env,
             tool_timeouts=r.tool_timeouts,
-            reset_failed=reset_failed[k // G],
+            reset_failed=started.failed[k // G],
             tool_results_truncated=r.tool_truncated,
-            observation_truncated=cut[k],
+            observation_truncated=started.cut[k],
+            observed=started.observed[k],
         )
-        for k, (r, env) in enumerate(zip(rows, envs))
+        for k, (r, env) in enumerate(zip(rows, started.envs))
     ]
-    return Rollout(prompt_ids, [r.ids for r in rows], [r.logps for r in rows], [r.finish for r in rows], G, episodes)
+    prompt_ids, own = grouped_prompts(contexts, G)
+    return Rollout(
+        prompt_ids,
+        [r.ids for r in rows],
+        [r.logps for r in rows],
+        [r.finish for r in rows],
+        G,
+        episodes,
+        row_prompt_ids=own,
+    )
 
 
 def env_done(env: Any) -> bool:

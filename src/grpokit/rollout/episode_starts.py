@@ -5,9 +5,11 @@ the first turn. Every environment is built and reset in a call thread within ``r
 (env/calls.py); a reset that raises or runs over is contained (that prompt's episodes start from
 the bare prompt) and counted, and past ``max_failure_fraction`` of a batch the run stops.
 
-A start is the context the G episodes of a prompt share and each episode's own rest: empty when the
-observations agree, else (a random reset, which TRL accepts) the part of its own rendered context
-the group does not share, as environment tokens.
+Each episode starts from its own context: the prompt with its own observation joined, the same for
+the G episodes of a prompt unless their resets returned different observations (a random reset, which
+TRL accepts: each is then its own prompt, as TRL's). Each episode also keeps its prompt with its observation
+(``ObservedPrompt``: the rendered text and TRL's form, the observation appended to the last message), which
+the reward functions get as ``prompts``, as TRL passes them.
 """
 
 from __future__ import annotations
@@ -15,15 +17,27 @@ from __future__ import annotations
 import functools
 import logging
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable
 
+from grpokit.data.prompts import with_observation
 from grpokit.env.calls import EnvironmentFailure, call_many, check_failures
 from grpokit.env.tools import cap_text, is_cut
-from grpokit.types import Prompt
+from grpokit.types import ObservedPrompt, Prompt
 
 log = logging.getLogger("grpokit.env")
 Factory = Callable[[], Any]
-Start = tuple[list[int], list[list[int]]]  # (the ids a prompt's G episodes share, each episode's own rest)
+
+
+@dataclass
+class Started:
+    """A batch's episodes as ``EpisodeStarts.reset_all`` leaves them, before their first turn."""
+
+    envs: list  # N: each episode's environment (None without one, or where its reset failed)
+    contexts: list[list[int]]  # N: the ids each episode starts from (its prompt with its observation)
+    failed: list[bool]  # P: its resets raised or ran over (its episodes start from the bare prompt)
+    cut: list[bool]  # N: its observation was cut at max_observation_chars
+    observed: list[ObservedPrompt | None]  # N: its prompt with its observation; None: the bare prompt
 
 
 def probe_environment(name: str | None, factory: Factory, timeout_s: float) -> Any:
@@ -45,8 +59,8 @@ class EpisodeStarts:
 
     ``factories``: environment name -> factory (None: the single unnamed one; empty: no environment);
     ``route_key``: the row column that chose a named environment (not passed to ``reset``);
-    ``render_prompt``: (raw prompt, observation, schemas) -> ids, or None to append the observation's
-    tokens; ``schemas_for(name)``: the tool schemas a prompt of environment ``name`` is rendered with.
+    ``render_prompt``: (raw prompt, observation, schemas) -> the rendered text, or None to append the
+    observation's tokens; ``schemas_for(name)``: the tool schemas a prompt of environment ``name`` is rendered with.
     """
 
     def __init__(
@@ -56,7 +70,7 @@ class EpisodeStarts:
         factories: dict[str | None, Factory],
         named: bool,
         route_key: str,
-        render_prompt: Callable[..., list[int]] | None,
+        render_prompt: Callable[..., str] | None,
         schemas_for: Callable[[str | None], list[dict] | None],
     ):
         self.spec, self.tokenizer = spec, tokenizer
@@ -65,19 +79,18 @@ class EpisodeStarts:
         self.warned_random_reset = False  # one warning per run when reset() observations differ within a group
         self.warned_cut = False  # one warning per run when observations are cut at max_observation_chars
 
-    def reset_all(
-        self, prompts: list[Prompt], names: list[str | None], G: int
-    ) -> tuple[list, list[Start], list[bool], list[bool]]:
+    def reset_all(self, prompts: list[Prompt], names: list[str | None], G: int) -> Started:
         """Build and reset the G environments of every prompt, all at once, each within
         ``reset_timeout_s`` (env/calls.py: daemon threads, a bounded number abandoned); their
-        observation (if any) joins the prompt. Each prompt's start is the context its G episodes share and
-        each episode's own rest (empty unless the observations differ: ``_observed``). A prompt whose resets
+        observation (if any) joins the prompt: each episode's context (``_observed``). A prompt whose resets
         raise or run over starts from the bare prompt (its ``failed`` entry True), never a crash or a hang;
-        past ``max_failure_fraction`` of the batch's episodes the run stops (EnvironmentFailure). The last list
-        says, per episode, whether its observation was cut at ``max_observation_chars`` (warned about once)."""
-        cut = [False] * (len(prompts) * G)  # per episode: its observation was cut at max_observation_chars
+        past ``max_failure_fraction`` of the batch's episodes the run stops (EnvironmentFailure). ``cut`` says,
+        per episode, whether its observation was cut at ``max_observation_chars`` (warned about once)."""
+        N = len(prompts) * G
+        bare = [list(p.ids) for p in prompts for _ in range(G)]
+        started = Started([None] * N, bare, [False] * len(prompts), [False] * N, [None] * N)
         if not self.factories:
-            return [None] * (len(prompts) * G), [_bare(p, G) for p in prompts], [False] * len(prompts), cut
+            return started
         rows = [self._reset_row(p) for p in prompts]
         calls = [
             functools.partial(_build_and_reset, self.factories[names[k]], rows[k])
@@ -86,17 +99,15 @@ class EpisodeStarts:
         ]
         kinds = sorted({getattr(self.factories[n], "__qualname__", "environment") for n in names})
         outs = call_many("environment-reset-" + "+".join(kinds), calls, self.spec.reset_timeout_s)
-        envs = [o.value[0] if o.ok else None for o in outs]
-        failed = [not all(o.ok for o in outs[k * G : (k + 1) * G]) for k in range(len(prompts))]
-        starts = [
-            _bare(p, G)
-            if failed[k]
-            else self._observed(p, rows[k], [o.value[1] for o in outs[k * G : (k + 1) * G]], names[k], failed, k, cut)
-            for k, p in enumerate(prompts)
-        ]
-        self._report_failures(outs, failed, G)
-        self._warn_cut(cut)
-        return envs, starts, failed, cut
+        started.envs = [o.value[0] if o.ok else None for o in outs]
+        started.failed = [not all(o.ok for o in outs[k * G : (k + 1) * G]) for k in range(len(prompts))]
+        for k, p in enumerate(prompts):
+            if not started.failed[k]:
+                obs = [o.value[1] for o in outs[k * G : (k + 1) * G]]
+                started.contexts[k * G : (k + 1) * G] = self._observed(p, rows[k], obs, names[k], started, k)
+        self._report_failures(outs, started.failed, G)
+        self._warn_cut(started.cut)
+        return started
 
     def _warn_cut(self, cut: list[bool]) -> None:
         """One warning per run when observations were cut (each counted in episodes/observations_truncated)."""
@@ -137,32 +148,24 @@ class EpisodeStarts:
         return row
 
     def _observed(
-        self,
-        prompt: Prompt,
-        row: dict[str, Any],
-        obs: list,
-        name: str | None,
-        failed: list[bool],
-        k: int,
-        cut: list[bool],
-    ) -> Start:
-        """The start of one prompt's G episodes after their resets: the shared context and each episode's own
-        rest. When the observations agree (or there are none) the rest is empty; when they differ (a random
-        reset, which TRL accepts), each episode's context is the prompt rendered with its own observation,
-        the group sharing their common prefix and each episode starting with the rest as environment tokens
-        (never trained on). Marks ``cut`` for each of its episodes whose observation was cut."""
-        bare = _bare(prompt, len(obs))
+        self, prompt: Prompt, row: dict[str, Any], obs: list, name: str | None, started: Started, k: int
+    ) -> list[list[int]]:
+        """The contexts prompt ``k``'s G episodes start from after their resets: the prompt with each one's
+        observation. When the observations differ (a random reset, which TRL accepts) each episode starts from
+        its own, as TRL's (one warning); an episode whose reset() returned None starts from the bare prompt, as
+        TRL's. Marks in ``started`` each episode's observation cut and its prompt with the observation."""
+        G, bare = len(obs), [list(prompt.ids) for _ in obs]
         if all(o is None for o in obs):
             return bare
         cap = self.spec.max_observation_chars
         try:
-            raw = [str(o) for o in obs]
+            raw = [None if o is None else str(o) for o in obs]
         except Exception:  # an observation whose str() raises: the bare prompt, as for a failed reset
-            failed[k] = True
+            started.failed[k] = True
             return bare
-        texts = [cap_text(t, cap) for t in raw]
+        texts = [None if t is None else cap_text(t, cap) for t in raw]
         for g, t in enumerate(raw):
-            cut[k * len(obs) + g] = is_cut(t, cap)
+            started.cut[k * G + g] = t is not None and is_cut(t, cap)
         if len(set(texts)) > 1 and not self.warned_random_reset:
             self.warned_random_reset = True
             warnings.warn(
@@ -170,30 +173,23 @@ class EpisodeStarts:
                 "episode starts from its own (as TRL), so GRPO's group baseline compares episodes that started apart",
                 stacklevel=2,
             )
-        contexts = {t: self._with_observation(prompt, row["prompt"], t, name) for t in set(texts)}
-        shared = _common_prefix([contexts[t] for t in texts])
-        return shared, [contexts[t][len(shared) :] for t in texts]
+        joined = {t: self._with_observation(prompt, row["prompt"], t, name) for t in set(texts) if t is not None}
+        for g, t in enumerate(texts):
+            started.observed[k * G + g] = None if t is None else joined[t][1]
+        return [list(prompt.ids) if t is None else list(joined[t][0]) for t in texts]
 
-    def _with_observation(self, prompt: Prompt, raw: Any, text: str, name: str | None) -> list[int]:
-        """The prompt's ids with a reset observation joined (appended to the last user turn when rendered)."""
+    def _with_observation(
+        self, prompt: Prompt, raw: Any, text: str, name: str | None
+    ) -> tuple[list[int], ObservedPrompt]:
+        """The prompt's ids with a reset observation joined (appended to the last user turn when rendered), and
+        the prompt with it as the reward functions get it (the text the model saw; TRL's form)."""
+        shown = with_observation(raw, text)
         if self.render_prompt is None:
-            return list(prompt.ids) + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return self.render_prompt(raw, text, self.schemas_for(name))
-
-
-def _bare(prompt: Prompt, G: int) -> Start:
-    """The start of G episodes from the bare prompt (no observation, or a reset that failed)."""
-    return list(prompt.ids), [[] for _ in range(G)]
-
-
-def _common_prefix(seqs: list[list[int]]) -> list[int]:
-    """The longest list of ids every sequence starts with."""
-    first = seqs[0]
-    n = min(len(q) for q in seqs)
-    for k in range(n):
-        if any(q[k] != first[k] for q in seqs):
-            return list(first[:k])
-    return list(first[:n])
+            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            return list(prompt.ids) + ids, ObservedPrompt(prompt.text + text, shown)
+        rendered = self.render_prompt(raw, text, self.schemas_for(name))
+        ids = list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
+        return ids, ObservedPrompt(rendered, shown)
 
 
 def _build_and_reset(factory: Factory, row: dict[str, Any]) -> tuple[Any, Any]:

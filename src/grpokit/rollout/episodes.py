@@ -31,8 +31,9 @@ engine, so every backend runs the same loop.
 
 Environments follow TRL: one instance per episode, ``reset(**row)`` before the first turn (a
 returned string is appended to the prompt; when the G episodes of a prompt get different observations,
-a random start as in TRL's 2048 example, each starts from its own: the group shares the common prefix
-of their contexts and each episode begins with the rest as environment tokens, with one warning),
+a random start as in TRL's 2048 example, each starts from its own, its own prompt as in TRL (the
+Rollout's ``row_prompt_ids``), with one warning; the reward functions get each episode's prompt with its
+observation, as TRL's),
 public methods as tools, ``done`` read after each turn.
 Unlike TRL, which pools instances and resets them again in later batches, each episode gets a
 fresh instance: the async sampler runs the next batch's episodes while this batch's rewards still
@@ -77,9 +78,9 @@ from grpokit.env.tools import (
     tool_schema,
 )
 from grpokit.env.workers import run_all
-from grpokit.types import Prompt, Rollout
+from grpokit.types import Prompt, Rollout, grouped_prompts
 
-from .episode_rows import Row, env_done, episodes_rollout, started_row, state_key
+from .episode_rows import Row, env_done, episodes_rollout, state_key
 from .episode_starts import EpisodeStarts, Factory, probe_environment
 from .hf import SamplingParams
 
@@ -114,7 +115,7 @@ class EpisodeRunner:
         *,
         tools: list[Callable] | None = None,
         environment_factory: Factory | dict[str, Factory] | None = None,
-        render_prompt: Callable[..., list[int]] | None = None,
+        render_prompt: Callable[..., str] | None = None,
         route_key: str = "environment",
         template_kwargs: dict[str, Any] | None = None,
     ):
@@ -151,13 +152,14 @@ class EpisodeRunner:
         )  # environments built and reset, observations joined to the prompt
 
     @property
-    def render_prompt(self) -> Callable[..., list[int]] | None:
-        """(raw prompt, observation, schemas) -> ids, for reset() observations (None: the observation's
-        tokens are appended); held by ``starts``, so that setting it after construction reaches the resets."""
+    def render_prompt(self) -> Callable[..., str] | None:
+        """(raw prompt, observation, schemas) -> the rendered text, for reset() observations (None: the
+        observation's tokens are appended); held by ``starts``, so that setting it after construction reaches
+        the resets."""
         return self.starts.render_prompt
 
     @render_prompt.setter
-    def render_prompt(self, fn: Callable[..., list[int]] | None) -> None:
+    def render_prompt(self, fn: Callable[..., str] | None) -> None:
         self.starts.render_prompt = fn
 
     def _schemas(self, fns: list[Callable]) -> list[dict]:
@@ -192,22 +194,21 @@ class EpisodeRunner:
         if not self.multi_turn:  # the one-turn episode: the sampler's rollout as it is
             return _one_turn(sample, prompts, G, params)
         names = [self.route(p.columns) for p in prompts]
-        envs, starts, reset_failed, cut = self.starts.reset_all(prompts, names, G)
-        prompt_ids = [shared for shared, _ in starts]
+        started = self.starts.reset_all(prompts, names, G)
+        envs, contexts = started.envs, started.contexts  # each episode's prompt with its own observation
         turn_params = params
         if self.spec.tool_format == "tags":  # a tag-format call ends the model's turn
             turn_params = dataclasses.replace(params, stop=tuple(params.stop) + (CALL_CLOSE,))
-        # a random reset: each row begins with the part of its observation the group does not share
-        rows = [started_row(starts[i // G][1][i % G]) for i in range(len(envs))]
+        rows = [Row() for _ in envs]
         active = list(range(len(rows)))
         # max_turns 0: no turn limit; each turn that calls a tool adds tokens, so max_episode_tokens ends it
         for turn in range(self.spec.max_turns) if self.spec.max_turns else itertools.count():
-            active = self._run_turn(sample, turn, rows, envs, prompt_ids, active, G, turn_params)
+            active = self._run_turn(sample, turn, rows, envs, contexts, active, G, turn_params)
             if not active:
                 break
         self._check_hung_tools(rows)
         self._warn_cut_results(rows)
-        return episodes_rollout(prompt_ids, rows, envs, reset_failed, G, cut)
+        return episodes_rollout(contexts, rows, started, G)
 
     def _run_turn(
         self,
@@ -215,20 +216,20 @@ class EpisodeRunner:
         turn: int,
         rows: list[Row],
         envs: list,
-        prompt_ids: list[list[int]],
+        contexts: list[list[int]],
         active: list[int],
         G: int,
         params: SamplingParams,
     ) -> list[int]:
         """Turn ``turn`` of the ``active`` rows: one batched decode, their tool calls side by side, the
-        environments' replies; returns the rows still running."""
-        if turn == 0 and not any(row.ids for row in rows):
-            ro = sample(prompt_ids, G, params)
+        environments' replies; returns the rows still running. ``contexts[i]``: the prompt row i started from."""
+        if turn == 0 and grouped_prompts(contexts, G)[1] is None:  # each prompt's G rows share it: one cache
+            ro = sample(contexts[::G], G, params)
         else:
-            ro = sample([prompt_ids[i // G] + rows[i].ids for i in active], 1, params)
+            ro = sample([contexts[i] + rows[i].ids for i in active], 1, params)
         calls = {
             i: self._turn(
-                rows[i], prompt_ids[i // G], turn, ro.completion_ids[j], ro.sampling_logprobs[j], ro.finish_reasons[j]
+                rows[i], contexts[i], turn, ro.completion_ids[j], ro.sampling_logprobs[j], ro.finish_reasons[j]
             )
             for j, i in enumerate(active)
         }

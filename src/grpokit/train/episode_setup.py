@@ -42,10 +42,8 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
     )
     runner = EpisodeRunner(spec, tokenizer, tools=fns, environment_factory=factory, template_kwargs=template_kwargs)
     if fmt == "chat_template":  # a reset() observation joins the last user message, re-rendered with the row's tools
-        runner.render_prompt = lambda raw, obs, schemas: list(
-            tokenizer(
-                render_prompt(with_observation(raw, obs), tokenizer, cfg.data, schemas), add_special_tokens=False
-            )["input_ids"]
+        runner.render_prompt = lambda raw, obs, schemas: render_prompt(
+            with_observation(raw, obs), tokenizer, cfg.data, schemas
         )
     return runner
 

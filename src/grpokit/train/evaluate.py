@@ -164,7 +164,7 @@ def _score_chunk(chunk: list[Prompt], sample, episodes, params, tokenizer, runne
         no_answer = [float(bool(e.messages) and model_answer(e.messages) is None) for e in ro.episodes]
         if any(e.environment is not None for e in ro.episodes):
             columns["environments"] = [e.environment for e in ro.episodes]
-    result = runner.score(reward_prompts(chunk, 1, convention), scored_comp, ro.completion_ids, 1, columns)
+    result = runner.score(reward_prompts(chunk, 1, convention, ro.episodes), scored_comp, ro.completion_ids, 1, columns)
     first = result.rewards_NF[:, 0]
     correct = (first >= 1 - 1e-6).float().masked_fill(first.isnan(), float("nan")).tolist()
     return _Scored(comp, first.tolist(), correct, ro.model_lengths(), tool_use, turns, no_answer)

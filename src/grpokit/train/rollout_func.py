@@ -8,16 +8,16 @@ from typing import Callable
 
 from grpokit.config.sections import ConfigError
 from grpokit.rollout.finish import FINISH_REASONS, finish_by_last_token
+from grpokit.types import Episode, Rollout, grouped_prompts
 
 
 def call_rollout_func(fn: Callable, trainer, prompts, group_size: int, ends: frozenset[int]):
-    """TRL's ``rollout_func(prompts, trainer) -> dict``: ``prompt_ids`` (one per prompt or per
-    completion), ``completion_ids`` and ``logprobs`` (G per prompt, grouped), optional ``env_mask``
+    """TRL's ``rollout_func(prompts, trainer) -> dict``: ``prompt_ids`` (one per completion, TRL's, or one
+    per prompt), ``completion_ids`` and ``logprobs`` (G per prompt, grouped), optional ``env_mask``
     (1 on the model's tokens, 0 on the environment's) and ``finish_reasons`` (grpokit's, one per
     completion; without it, TRL's rule: cut unless the last token is one of ``ends``, rollout/finish.py);
-    other keys go to the reward functions."""
-    from grpokit.types import Episode, Rollout
-
+    other keys go to the reward functions (``extra_columns``). A completion trains on its own prompt,
+    as TRL's: where the rows of a group were given different prompts, each row keeps its own."""
     out = fn([p.raw if p.raw is not None else p.text for p in prompts], trainer)
     missing = sorted({"prompt_ids", "completion_ids", "logprobs"} - set(out))
     if missing:
@@ -28,24 +28,53 @@ def call_rollout_func(fn: Callable, trainer, prompts, group_size: int, ends: fro
             f"rollout_func returned {len(comps)} completions for {len(prompts)} prompts; "
             f"it must return group_size={group_size} per prompt, grouped"
         )
-    pids = out["prompt_ids"]
-    pids = pids[::group_size] if len(pids) == N else pids
+    group_pids, row_pids = _prompt_ids(out["prompt_ids"], len(prompts), group_size)
     mask = out.get("env_mask")
     episodes = [Episode(list(m), [0] * len(m)) for m in mask] if mask is not None else None
     ro = Rollout(
-        [list(p) for p in pids],
+        group_pids,
         [list(c) for c in comps],
         [list(lp) for lp in out["logprobs"]],
         _finish_reasons(out, comps, ends),
         group_size,
         episodes,
+        row_prompt_ids=row_pids,
     )
-    extra = {
-        k: list(v)
-        for k, v in out.items()
-        if k not in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "finish_reasons")
-    }
-    return ro, extra
+    return ro, extra_columns(out, N)
+
+
+def _prompt_ids(pids, P: int, G: int) -> tuple[list[list[int]], list[list[int]] | None]:
+    """Each group's prompt ids and, where the rows of some group were given different prompts (TRL trains each
+    completion on its own row of ``prompt_ids``), every row's; None when each group's rows share theirs."""
+    pids = [list(p) for p in pids]
+    if len(pids) not in (P, P * G):
+        raise ConfigError(
+            f"rollout_func returned {len(pids)} prompt_ids for {P} prompts x group_size={G}; give one per "
+            f"completion ({P * G}, TRL's convention) or one per prompt ({P})"
+        )
+    return (pids, None) if len(pids) == P else grouped_prompts(pids, G)
+
+
+ROLLOUT_KEYS = ("prompt_ids", "completion_ids", "logprobs", "env_mask", "finish_reasons")
+
+
+def extra_columns(out: dict, n: int) -> dict[str, list]:
+    """The dict's other keys as reward columns of ``n`` rows, by TRL's rule: a list gives one value per
+    completion, any other value (a string, a number, a tuple ...) is every completion's."""
+    extra = {}
+    for key, value in out.items():
+        if key in ROLLOUT_KEYS:
+            continue
+        if not isinstance(value, list):
+            extra[key] = [value] * n
+        elif len(value) == n:
+            extra[key] = list(value)
+        else:
+            raise ConfigError(
+                f"rollout_func returned {key!r} as a list of {len(value)} values for {n} completions; a list "
+                "gives one value per completion (TRL's rule), any other value (a string, a number) goes to every one"
+            )
+    return extra
 
 
 def _finish_reasons(out: dict, comps: list, ends: frozenset[int]) -> list[str]:

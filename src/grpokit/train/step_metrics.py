@@ -21,6 +21,7 @@ from grpokit.record.rank_reduction import extreme
 from grpokit.record.samples import sample_rows
 from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.record.vision_samples import with_images
+from grpokit.rewards.inputs import reward_prompts
 from grpokit.rewards.runner import value_stats
 from grpokit.rollout.episode_metrics import episode_metrics
 from grpokit.types import ScoredBatch
@@ -69,8 +70,9 @@ def logged_samples(
     adv = inputs.advantages.cpu()
     seq_adv = adv if adv.dim() == 1 else adv.mean(dim=1)
     per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
+    shown = reward_prompts(sb.prompts, G, "grpokit", ro.episodes)  # N: with a reset() observation where one joined
     rows = sample_rows(
-        [p.text for p in sb.prompts],
+        shown[::G],
         sb.texts,
         per_func,
         sb.total_N.tolist(),
@@ -80,6 +82,7 @@ def logged_samples(
         G,
         max_prompts=max_prompts,
         messages=[e.messages for e in ro.episodes] if ro.episodes else None,
+        completion_prompts=shown,
     )
     rows = add_logged_columns(rows, sb.extra, G)
     return with_images(rows, sb.prompts, run_dir, step) if images else rows

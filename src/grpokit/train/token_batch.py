@@ -8,10 +8,10 @@ from grpokit.types import Rollout, TokenBatch
 
 
 def make_token_batch(rollout: Rollout, pad_token_id: int, device: torch.device | str = "cpu") -> TokenBatch:
-    """Left-pad the prompts (each repeated G times) and right-pad the completions into tensors.
-    Environment tokens of multi-turn episodes are attended to but get completion_mask 0."""
-    G, N = rollout.group_size, rollout.num_sequences
-    prompts = [rollout.prompt_ids[i // G] for i in range(N)]
+    """Left-pad the prompts (each row's: its group's, repeated G times, or its own) and right-pad the completions
+    into tensors. Environment tokens of multi-turn episodes are attended to but get completion_mask 0."""
+    N = rollout.num_sequences
+    prompts = [rollout.prompt_of(i) for i in range(N)]
     lp = max(len(p) for p in prompts)
     T = max(1, max(len(c) for c in rollout.completion_ids))
     input_ids = torch.full((N, lp + T), pad_token_id, dtype=torch.long)

@@ -49,7 +49,7 @@ class TrainerSampling:
             completions, env_columns = reward_inputs(ro, texts, [p for p in prompts for _ in range(group_size)], conv)
             columns = {**repeat_columns(prompts, group_size), **env_columns, **extra}
             scored = self.runner.score(
-                reward_prompts(prompts, group_size, conv),
+                reward_prompts(prompts, group_size, conv, ro.episodes),
                 completions,
                 ro.completion_ids,
                 group_size,

@@ -13,8 +13,7 @@ from __future__ import annotations
 def sampled_tokens(rollout, lengths: list[int]) -> tuple[float, list[int]]:
     """TRL's token count of one sampling call (the prompt and completion tokens of every sequence) and the
     lengths of its terminated completions (those that did not hit the length cap)."""
-    G = rollout.group_size
-    prompt_tokens = sum(len(rollout.prompt_ids[i // G]) for i in range(len(rollout.completion_ids)))
+    prompt_tokens = sum(len(rollout.prompt_of(i)) for i in range(len(rollout.completion_ids)))
     done = [n for n, why in zip(lengths, rollout.finish_reasons) if why != "length"]
     return float(prompt_tokens + sum(len(c) for c in rollout.completion_ids)), done
 

@@ -93,7 +93,7 @@ def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, A
     t = facade._get()
     if facade._gen_call is None:  # called directly: TRL's rows, each prompt repeated num_generations times
         G = facade.args.num_generations
-        rows = [{k: v for k, v in r.items()} for r in inputs[::G]]
+        rows = [{k: v for k, v in r.items()} for r in group_rows(inputs, G)]
         prompts = t.make_prompts(rows, "the inputs")
         call = (getattr(t.sample_and_score, "sample_and_score", t.sample_and_score), prompts, G)
     else:
@@ -109,6 +109,20 @@ def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, A
     upd = update_inputs(settings, sb, batch, LogProbs(old, ref, ent))
     facade._gen_scored = sb
     return trl_batch(upd, slice(None), float(upd.loss_mask.sum().item()))
+
+
+def group_rows(inputs: list[dict[str, Any]], G: int) -> list[dict[str, Any]]:
+    """The first row of each group of ``G`` consecutive rows (TRL's rows repeat each prompt num_generations
+    times); rows that do not fall in such groups are refused, since grpokit samples G completions of each
+    group's one prompt."""
+    odd = next((i for i in range(len(inputs)) if inputs[i].get("prompt") != inputs[i - i % G].get("prompt")), None)
+    if len(inputs) % G or odd is not None:
+        where = f"row {odd}'s prompt differs from row {odd - odd % G}'s" if odd is not None else f"{len(inputs)} rows"
+        raise ConfigError(
+            f"_generate_and_score_completions was called with {where}; grpokit samples num_generations={G} "
+            "completions of each prompt, so pass each prompt num_generations times in a row (TRL's inputs)"
+        )
+    return inputs[::G]
 
 
 class TrlSingleTurn:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from grpokit.config.sections import ConfigError
+from grpokit.rewards.inputs import reward_prompts
 from grpokit.train import distributed
 
 from ..args.model import fp16_on_cpu
@@ -34,8 +35,7 @@ def new_logs(maxlen: int | None = None) -> dict[str, Any]:
 def add_to_logs(logs: dict[str, Any], batch: Any) -> None:
     """Append one scored batch (``types.ScoredBatch``): one entry per completion."""
     G = batch.group_size
-    n = len(batch.texts)
-    logs["prompt"].extend(batch.prompts[i // G].text for i in range(n))
+    logs["prompt"].extend(reward_prompts(batch.prompts, G, "grpokit", batch.rollout.episodes))
     logs["completion"].extend(batch.texts)
     for j, name in enumerate(batch.names):
         logs["rewards"][name].extend(batch.rewards_NF[:, j].tolist())
