@@ -9,7 +9,8 @@ always win, whatever order they are given in. Two rules make a preset fit the ru
   they are kept out unless asked for (``paper_scale=True``, ``grpokit train --paper-scale``), so the
   run keeps its own batch, generation length and learning rate (the demo's, or Config()'s). Other
   fields (group size, clipping, aggregation, KL, rewards ...) are the recipe and always apply.
-  Length shaping follows the run: overlong_penalty's window is derived from rollout.max_new_tokens.
+  Length shaping follows the run: overlong_penalty's window is derived from rollout.max_new_tokens
+  (each stage's under train.stages).
 * "task" in a preset's ``reward.functions`` stands for the run's own reward: when the user named
   reward functions, they take its place (weights multiplied by the preset's weight for "task"), so
   DAPO on one's own data is the user's reward plus the overlong penalty.
