@@ -179,6 +179,29 @@ def follow_settings(cfg: Config, specs: list[RewardSpec]) -> list[RewardSpec]:
     return out
 
 
+def judged_columns(cfg: Config, specs: list[RewardSpec]) -> list[int] | None:
+    """The columns of the run's reward ``specs`` that decide which groups dynamic sampling drops
+    (algo.dynamic_sampling_on, reward_setup.judged_columns; None: the weighted total). With domains "task" is
+    each domain's own task verifier, and every domain needs a judged column, or its groups would all look flat."""
+    names = cfg.algo.dynamic_sampling_on if cfg.algo.dynamic_sampling else []
+    if not cfg.data.domains:
+        return reward_setup.judged_columns(names, specs, reward_setup.spec_sources(cfg, len(specs)))
+    sources: list[str | None] = []
+    for d in domains_of(cfg):
+        with as_domain(d.name):
+            sources += reward_setup.spec_sources(domain_config(cfg, d))
+    columns = reward_setup.judged_columns(names, specs, sources + [None] * (len(specs) - len(sources)))
+    judged = {getattr(specs[i].fn, "domain", None) for i in columns or ()}
+    for d in domains_of(cfg) if columns is not None and None not in judged else ():
+        if d.name not in judged:
+            own = ", ".join(s.name for s in specs if getattr(s.fn, "domain", None) == d.name)
+            raise ConfigError(
+                f"algo.dynamic_sampling_on={names} judges none of data.domains.{d.name}'s reward functions, so its "
+                f"groups would all look flat and be dropped; add one of them ({own}) or task for its task's verifier"
+            )
+    return columns
+
+
 def domain_graders(cfg: Config) -> dict[str, tuple[RewardSpec, str | None]]:
     """Each domain's grader (reward_setup.grader on the domain's own config: its task's verifier, else its
     first reward function) and the name of its column among the training rewards (``<domain>/<function>``,

@@ -122,12 +122,34 @@ def follow_settings(cfg: Config, specs: list[RewardSpec]) -> list[RewardSpec]:
 
 def spec_sources(cfg: Config, count: int | None = None) -> list[str | None]:
     """What each of the ``count`` specs ``reward_specs`` builds from ``cfg`` came from, in their order (None: the
-    named ones alone): the name in reward.functions of a built-in or import path, None for the task's verifier
-    and for the passed functions (and environments' rewards) after them; "task" is left out where the passed
-    functions replace it."""
+    named ones alone): the name in reward.functions of a built-in or import path; "task" for the run's own reward,
+    the task's verifier or, in a run without a task, the passed functions (and environments' rewards) after the
+    named ones, which take its place; None for passed functions beside a task's verifier."""
     task = task_of(cfg)
-    named = [None if n == "task" else n for n in cfg.reward.functions if n != "task" or task is not None]
-    return named if count is None else named[:count] + [None] * (count - len(named))
+    named = [n for n in cfg.reward.functions if n != "task" or task is not None]
+    rest = "task" if task is None else None
+    return named if count is None else named[:count] + [rest] * (count - len(named))
+
+
+def judged_columns(names: list[str], specs: list[RewardSpec], sources: list[str | None]) -> list[int] | None:
+    """The columns of ``specs`` whose summed values decide which groups dynamic sampling drops
+    (algo.dynamic_sampling_on: ``names``, each a spec's name, its reward.functions entry or "task": the specs
+    ``sources`` marks "task"); None for no names (the weighted total decides). A name that matches none is
+    refused in one sentence."""
+    if not names:
+        return None
+    columns = []
+    for name in names:
+        hits = [i for i, (s, src) in enumerate(zip(specs, sources)) if name in (s.name, src)]
+        if not hits:
+            known = ", ".join(dict.fromkeys(s.name for s in specs))
+            raise ConfigError(
+                f"algo.dynamic_sampling_on names {name!r}, which is none of the run's reward functions ({known}); "
+                "name some of them, task for the run's own reward (the task's verifier, or the functions passed to "
+                "the Trainer), or leave it empty to judge groups by the reward as trained"
+            )
+        columns += hits
+    return sorted(set(columns))
 
 
 def check_reward_params(name: str, fn, given: dict) -> None:
