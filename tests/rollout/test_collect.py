@@ -301,3 +301,45 @@ def test_dynamic_sampling_on_two_ranks_samples_no_round_past_the_limit():
         # one collective a round (the stop rule's count), the pooling of kept groups, then the step's three counts
         # (sampled, flat found, kept) together in one: before, a sum_float each, every one its own wait
         assert ranks.collectives[r] == ["sum_float", "sum_float", "gather_objects", "sum_floats"]
+
+
+class TwoColumnSampler:
+    """Two functions, an accuracy and an overlong penalty (weight 1 each): prompt i's groups are scripted
+    as (accuracy values, penalty values); the total is their sum."""
+
+    def __init__(self, groups):
+        self.groups, self.next = groups, 0
+
+    def __call__(self, n, G):
+        prompts = [Prompt(text=f"p{self.next + k}", ids=[1], columns={"i": self.next + k}) for k in range(n)]
+        self.next += n
+        acc = [a for p in prompts for a in self.groups[p.columns["i"]][0]]
+        pen = [x for p in prompts for x in self.groups[p.columns["i"]][1]]
+        N = len(acc)
+        rewards_NF = torch.tensor([acc, pen]).T  # (N, 2)
+        ro = Rollout([p.ids for p in prompts], [[5, 5]] * N, [[0.0, 0.0]] * N, ["eos"] * N, G)
+        return ScoredBatch(prompts, ro, ["t"] * N, rewards_NF, rewards_NF.sum(1), ["acc", "overlong"], {"reward": 0.0})
+
+
+def test_dynamic_sampling_judges_the_chosen_functions_not_the_shaped_total():
+    """DAPO keeps a group when some but not all answers are correct (0 < correct < G). Prompt 0: all wrong
+    (accuracy 0, 0, 0, 0) but penalties -1, -1, -1, 0, so totals -1, -1, -1, 0 differ; prompt 1: accuracy
+    1, 0, 0, 1 with no penalty; prompt 2: all right (1 each) with penalties 0, -0.5, 0, 0; prompt 3: accuracy
+    0, 1, 1, 1. Judged by the total (the default) prompts 0, 1, 2, 3 all stay; judged by the accuracy
+    column (judged=[0]) only 1 and 3 do, and P=2 is filled in one round."""
+    groups = {
+        0: ([0.0] * 4, [-1.0, -1.0, -1.0, 0.0]),
+        1: ([1.0, 0.0, 0.0, 1.0], [0.0] * 4),
+        2: ([1.0] * 4, [0.0, -0.5, 0.0, 0.0]),
+        3: ([0.0, 1.0, 1.0, 1.0], [0.0] * 4),
+    }
+    out = collect(TwoColumnSampler(groups), 4, 4, dynamic_sampling=True, max_rounds=1)
+    assert [p.columns["i"] for p in out.prompts] == [0, 1, 2, 3]
+    out = collect(TwoColumnSampler(groups), 4, 4, dynamic_sampling=True, judged=[0], max_rounds=1)
+    assert [p.columns["i"] for p in out.prompts] == [1, 3]
+    assert out.metrics["dynamic_sampling/dropped_groups"] == 2 and out.metrics["dynamic_sampling/kept_groups"] == 2
+    # a completion the judged function did not score (None: NaN) is left out, not a 0: prompt 0's one scored
+    # member is alone, so its group is flat and dropped; prompt 1 (1, 0 among the scored) stays
+    groups = {0: ([float("nan")] * 3 + [1.0], [0.0, -1.0, 0.0, 0.0]), 1: ([1.0, float("nan"), 0.0, 1.0], [0.0] * 4)}
+    out = collect(TwoColumnSampler(groups), 2, 4, dynamic_sampling=True, judged=[0], max_rounds=1)
+    assert [p.columns["i"] for p in out.prompts] == [1]

@@ -24,6 +24,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
             "algo.clip_high=0.28",
             "algo.aggregation=token-mean",
             "algo.dynamic_sampling=true",
+            "algo.dynamic_sampling_on=[task]",  # DAPO: some but not all correct, the overlong penalty aside
             "reward.functions=[task, overlong_penalty]",
             "reward.params={overlong_penalty: {max_length: 8, cache_length: 2}}",
         ],

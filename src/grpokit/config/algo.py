@@ -106,6 +106,14 @@ class AlgoConfig:
     """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts to refill."""
     max_sampling_rounds: int = 4
     """Dynamic sampling: at most this many sampling rounds per step (then train on what was collected)."""
+    dynamic_sampling_on: list[str] = field(default_factory=list)
+    """Dynamic sampling: what must differ within a group for it to stay, the sum of these reward functions' own
+    values (unweighted, as rewards/<name>/mean logs them; a name as reward.functions or the metrics give it, or
+    "task": the run's own reward, the task's verifier, or on one's own data the functions passed to the Trainer).
+    Empty: the reward as trained (the weighted sum of every function, shaping terms included). DAPO keeps a group
+    when some but not all of its answers are correct (Yu et al. 2025: 0 < |{o_i correct}| < G; verl's
+    filter_groups metric=acc), so its preset sets [task]: an all-wrong group is dropped even when its overlong
+    penalties differ."""
     entropy_coef: float = 0.0
     """Entropy bonus: subtract entropy_coef * token entropy from the loss (0 = off)."""
     entropy_aggregation: str = "loss"
@@ -201,7 +209,11 @@ UNREAD_UNLESS: tuple[Unread, ...] = (
         "unless algo.aggregation=lambda-grpo",
         lambda a: a.aggregation == "lambda-grpo",
     ),
-    Unread(("max_sampling_rounds",), "unless algo.dynamic_sampling=true", lambda a: a.dynamic_sampling),
+    Unread(
+        ("max_sampling_rounds", "dynamic_sampling_on"),
+        "unless algo.dynamic_sampling=true",
+        lambda a: a.dynamic_sampling,
+    ),
     Unread(("entropy_advantage_max_scale",), "unless algo.entropy_advantage=true", lambda a: a.entropy_advantage),
     Unread(
         ("error_correction_max_reward", "error_correction_prompt", "error_correction_fn"),

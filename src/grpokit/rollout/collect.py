@@ -6,7 +6,9 @@ the loop stays the same:
 * DAPO dynamic sampling (Yu et al., 2025): groups whose rewards are all equal carry no gradient;
   drop them and sample more prompts until P informative groups are collected, for at most
   ``max_rounds`` rounds (then train on what was collected, warned; verl's recipe raises instead
-  after ``max_num_gen_batches``, grpokit keeps the run going and counts the shortfall).
+  after ``max_num_gen_batches``, grpokit keeps the run going and counts the shortfall). A group is
+  judged by the reward as trained, or by the sum of chosen functions' values (``judged``: DAPO's
+  accuracy, 0 < correct < G, so that a shaping term such as the overlong penalty keeps no group).
 * GFPO (Shrivastava et al., 2025): sample ``sample_group_size`` > G completions per prompt, keep the
   G best by a criterion (shortest, or highest reward per token), and compute advantages on the kept
   ones only. The adaptive mode samples the extra completions only for hard prompts (group mean
@@ -112,6 +114,7 @@ def collect(
     G: int,
     *,
     dynamic_sampling: bool = False,
+    judged: list[int] | None = None,
     max_rounds: int = 4,
     sample_group_size: int = 0,
     gfpo_criterion: str = "length",
@@ -124,7 +127,8 @@ def collect(
     ``group_size`` completions for n fresh prompts from the data, or for the given prompts (an
     empty list may return None).
 
-    Dynamic sampling samples at most ``max_rounds`` rounds, never more. When they found fewer than
+    Dynamic sampling drops the groups whose judged values are all equal (``judged``: the ``rewards_NF``
+    columns summed, None: ``total_N``) and samples at most ``max_rounds`` rounds, never more. When they found fewer than
     P informative groups the step trains on those it found; when they found none, on the last
     round's groups as sampled (all flat: zero advantages, so only a KL or entropy term trains), as
     the rounds drew them. Then ``warn`` (the trainer's, which says it once a run) gets one sentence;
@@ -137,7 +141,7 @@ def collect(
     many = dist is not None and dist.active
     K = dist.world_size if many else 1
     gfpo = (sample_group_size, gfpo_criterion, gfpo_adaptive, adaptive_threshold)
-    rounds_kept, last, sampled = _rounds(sample, P, G, dynamic_sampling, max_rounds, gfpo, dist, K)
+    rounds_kept, last, sampled = _rounds(sample, P, G, (dynamic_sampling, judged), max_rounds, gfpo, dist, K)
     if many and dynamic_sampling:
         out = _share_rounds(rounds_kept, last, P, G, dist)
     else:
@@ -153,7 +157,7 @@ def collect(
         # the flat groups found, the informative ones kept, the prompts sampled: global counts, one all-reduce
         local = [
             sampled - sum(len(b.prompts) for b in rounds_kept),
-            len(out.prompts) - len(_flat_indices(out)),
+            len(out.prompts) - len(_flat_indices(out, judged)),
             sampled,
         ]
         flat_found, kept, sampled_all = dist.sum_floats(local) if many else [float(n) for n in local]
@@ -170,13 +174,14 @@ def collect(
     return out
 
 
-def _rounds(sample, P: int, G: int, dynamic_sampling: bool, max_rounds: int, gfpo: tuple, dist, K: int):
+def _rounds(sample, P: int, G: int, ds: tuple, max_rounds: int, gfpo: tuple, dist, K: int):
     """The sampling rounds of one step on this rank: every round's batch as it trains (with dynamic
-    sampling, its informative groups only), the last round's batch as drawn, and how many prompts were
-    sampled. A round is sampled only while the global count of informative groups is below P * K (K ranks;
-    ``dist`` is read only when K > 1) and fewer than ``max_rounds`` rounds ran (one round without dynamic
-    sampling)."""
+    sampling, ``ds = (on, judged columns)``, its informative groups only), the last round's batch as drawn,
+    and how many prompts were sampled. A round is sampled only while the global count of informative
+    groups is below P * K (K ranks; ``dist`` is read only when K > 1) and fewer than ``max_rounds`` rounds
+    ran (one round without dynamic sampling)."""
     sample_group_size, criterion, adaptive, threshold = gfpo
+    dynamic_sampling, judged = ds
     many = K > 1
     rounds_kept: list[ScoredBatch] = []
     n_kept, sampled = 0, 0
@@ -190,7 +195,7 @@ def _rounds(sample, P: int, G: int, dynamic_sampling: bool, max_rounds: int, gfp
             batch = gfpo_keep(batch, G, criterion)
         last = batch
         if dynamic_sampling:  # DAPO: drop groups whose rewards are all equal
-            flat = set(_flat_indices(batch))
+            flat = set(_flat_indices(batch, judged))
             batch = select(batch, [p for p in range(len(batch.prompts)) if p not in flat])
         rounds_kept.append(batch)
         # several ranks: the stop rule reads the global count, so every rank runs the same rounds
@@ -199,11 +204,17 @@ def _rounds(sample, P: int, G: int, dynamic_sampling: bool, max_rounds: int, gfp
             return rounds_kept, last, sampled
 
 
-def _flat_indices(batch: ScoredBatch) -> list[int]:
-    """The groups of ``batch`` whose rewards are all equal over the completions a function scored (one no
-    function scored is no reward of 0): DAPO drops them."""
+def _flat_indices(batch: ScoredBatch, judged: list[int] | None = None) -> list[int]:
+    """The groups of ``batch`` whose judged values are all equal over the completions scored (one no function
+    scored is no reward of 0): DAPO drops them. ``judged``: the ``rewards_NF`` columns whose sum is judged (a
+    completion none of them scored is left out), None: ``total_N``, the reward as trained."""
     G = batch.group_size
-    return flat_groups(batch.total_N.view(-1, G), valid=batch.scored_N.view(-1, G)).nonzero()[:, 0].tolist()
+    if judged is None:
+        values_N, valid_N = batch.total_N, batch.scored_N
+    else:
+        cols = batch.rewards_NF[:, judged]  # (N, J), NaN where a function gave no value
+        values_N, valid_N = cols.nansum(dim=1), ~cols.isnan().all(dim=1)  # DAPO: the verifier's accuracy
+    return flat_groups(values_N.view(-1, G), valid=valid_N.view(-1, G)).nonzero()[:, 0].tolist()
 
 
 def _dynamic_metrics(rounds: int, sampled: float, flat: float, kept: float, flat_trained: float) -> dict[str, float]:

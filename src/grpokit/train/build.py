@@ -150,6 +150,7 @@ class Rewards:
     process_fn: Callable | None
     domain_eval: dict[str, RewardRunner]  # each domain's held-out verifier (data.domains; {} without)
     domain_graders: dict[str, str]  # each domain's grader column among the training rewards (domain/<d>/accuracy)
+    judged: list[int] | None  # the columns whose sum dynamic sampling judges groups by (None: the weighted total)
 
 
 def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
@@ -180,6 +181,7 @@ def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
         process_fn,
         domain_setup.domain_eval_runners(graders),
         domain_setup.training_graders(graders),
+        domain_setup.judged_columns(cfg, specs),
     )
 
 

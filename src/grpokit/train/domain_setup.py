@@ -10,6 +10,7 @@ is the plain PromptSampler (or the frontier curriculum's), and nothing here runs
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Callable
 
 from grpokit.config.base import named_as
@@ -155,6 +156,50 @@ def domain_reward_specs(cfg: Config, extra: list[Callable] | None) -> list[Rewar
     for i, f in enumerate(extra or []):
         specs.append(RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=1.0))
     return specs
+
+
+def follow_settings(cfg: Config, specs: list[RewardSpec]) -> list[RewardSpec]:
+    """The run's reward specs (as build.build_rewards built them) with each function whose parameters follow the
+    run's settings resolved again from ``cfg`` as it is now (reward_setup.follow_settings): a domain's functions
+    from its own config (``domain_config``), wrapped to score its domain alone as before."""
+    if not cfg.data.domains:
+        return reward_setup.follow_settings(cfg, specs)
+    out, at = list(specs), 0
+    for d in domains_of(cfg):
+        with as_domain(d.name):
+            sub = domain_config(cfg, d)
+            n = len(reward_setup.spec_sources(sub))  # a domain's own: its named functions, no passed one
+            own = [replace(s, fn=s.fn.fn) for s in out[at : at + n]]
+            fresh = reward_setup.follow_settings(sub, own)
+        out[at : at + n] = [
+            s if f.fn is o.fn else replace(s, fn=DomainReward(f.fn, d.name))
+            for s, o, f in zip(out[at : at + n], own, fresh)
+        ]
+        at += n
+    return out
+
+
+def judged_columns(cfg: Config, specs: list[RewardSpec]) -> list[int] | None:
+    """The columns of the run's reward ``specs`` that decide which groups dynamic sampling drops
+    (algo.dynamic_sampling_on, reward_setup.judged_columns; None: the weighted total). With domains "task" is
+    each domain's own task verifier, and every domain needs a judged column, or its groups would all look flat."""
+    names = cfg.algo.dynamic_sampling_on if cfg.algo.dynamic_sampling else []
+    if not cfg.data.domains:
+        return reward_setup.judged_columns(names, specs, reward_setup.spec_sources(cfg, len(specs)))
+    sources: list[str | None] = []
+    for d in domains_of(cfg):
+        with as_domain(d.name):
+            sources += reward_setup.spec_sources(domain_config(cfg, d))
+    columns = reward_setup.judged_columns(names, specs, sources + [None] * (len(specs) - len(sources)))
+    judged = {getattr(specs[i].fn, "domain", None) for i in columns or ()}
+    for d in domains_of(cfg) if columns is not None and None not in judged else ():
+        if d.name not in judged:
+            own = ", ".join(s.name for s in specs if getattr(s.fn, "domain", None) == d.name)
+            raise ConfigError(
+                f"algo.dynamic_sampling_on={names} judges none of data.domains.{d.name}'s reward functions, so its "
+                f"groups would all look flat and be dropped; add one of them ({own}) or task for its task's verifier"
+            )
+    return columns
 
 
 def domain_graders(cfg: Config) -> dict[str, tuple[RewardSpec, str | None]]:

@@ -347,6 +347,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             cfg.train.prompts_per_step // self.dist.world_size,
             r.group_size,
             dynamic_sampling=a.dynamic_sampling,
+            judged=self.judged,
             max_rounds=a.max_sampling_rounds,
             sample_group_size=r.sample_group_size,
             gfpo_criterion=r.gfpo_criterion,

@@ -9,11 +9,13 @@ import torch
 from grpokit.config.sections import Config
 
 from .distributed import DistContext
+from .stages import run_values
 
 
 def apply_memory_plan(cfg: Config, model, ref_model, device: torch.device, dist: DistContext, max_prompt_len: int):
     """Choose activation checkpointing and reference offload (memory.py) and apply them; one line
-    says what and why when something was chosen. ``train.memory_plan="manual"``: nothing changes.
+    says what and why when something was chosen, for the largest group size and generation length of any
+    stage (train.stages). ``train.memory_plan="manual"``: nothing changes.
     ``max_prompt_len``: the longest prompt's token count. Returns ``(plan, tokens per micro-batch of
     the update)`` (0: no cap; FSDP ranks take none)."""
     from .memory import MemoryPlan, plan_memory
@@ -37,8 +39,10 @@ def apply_memory_plan(cfg: Config, model, ref_model, device: torch.device, dist:
         return plan, budget(plan)
     params = list(model.parameters())
     value = params[0].element_size()
-    rows = t.micro_batch_size or t.prompts_per_step // dist.world_size * cfg.rollout.group_size
-    max_len = max_prompt_len + cfg.rollout.max_new_tokens
+    # planned once, for the run's most demanding stage (train.stages may raise the group size or the length)
+    group = max(run_values(cfg, "rollout.group_size"))
+    rows = t.micro_batch_size or t.prompts_per_step // dist.world_size * group
+    max_len = max_prompt_len + max(run_values(cfg, "rollout.max_new_tokens"))
     device_bytes = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
     plan = plan_memory(
         per_token_bytes=0 if cfg.model.gradient_checkpointing else per_token_bytes(model.config, value),

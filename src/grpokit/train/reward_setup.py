@@ -5,6 +5,7 @@ the process reward.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from grpokit.config.sections import Config, ConfigError
@@ -46,13 +47,7 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
                 )
             specs.append(RewardSpec(fn=task.reward_fn, name=getattr(task.reward_fn, "__name__", "task"), weight=w))
         else:
-            params = reward_params(cfg, name)
-            try:
-                fn = resolve_reward(name, **params)
-            except RewardError as e:
-                raise ConfigError(f"reward.functions: {e}{_import_hint(name)}") from None
-            check_reward_params(name, fn, cfg.reward.params.get(name, {}))
-            specs.append(RewardSpec(fn=fn, name=name.split(":")[-1], weight=w))
+            specs.append(RewardSpec(fn=named_reward(cfg, name), name=name.split(":")[-1], weight=w))
     if extra:
         specs += [
             RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=w)
@@ -66,14 +61,95 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
 OVERLONG_CACHE_FRACTION = 0.2  # DAPO: a 4,096-token punishment cache under its 20,480-token limit
 
 
+def named_reward(cfg: Config, name: str):
+    """Reward function ``name`` of reward.functions (a built-in or an import path, not "task") resolved with its
+    parameters (``reward_params``), which are checked."""
+    try:
+        fn = resolve_reward(name, **reward_params(cfg, name))
+    except RewardError as e:
+        raise ConfigError(f"reward.functions: {e}{_import_hint(name)}") from None
+    check_reward_params(name, fn, cfg.reward.params.get(name, {}))
+    return fn
+
+
 def reward_params(cfg: Config, name: str) -> dict:
-    """reward.params of one function; overlong_penalty's window follows the run's generation length
-    (max_length = rollout.max_new_tokens, cache_length = DAPO's fifth of it) unless set."""
-    params = dict(cfg.reward.params.get(name, {}))
+    """reward.params of one function, with the parameters derived from the run's settings where it leaves
+    them out (``derived_params``)."""
+    params = {**cfg.reward.params.get(name, {}), **derived_params(cfg, name)}
     if name == "overlong_penalty":
-        params.setdefault("max_length", cfg.rollout.max_new_tokens)
-        params.setdefault("cache_length", max(1, round(OVERLONG_CACHE_FRACTION * params["max_length"])))
+        _check_window(params, cfg)
     return params
+
+
+def derived_params(cfg: Config, name: str) -> dict:
+    """The parameters of reward function ``name`` that follow the run's settings, those reward.params.<name> does
+    not give: overlong_penalty's window (max_length = rollout.max_new_tokens, cache_length = DAPO's fifth of
+    max_length); {} for every other function. Read from ``cfg`` as it is when called, so a stage of train.stages
+    that changes the generation length has the stage's window (``follow_settings``); a given value stays."""
+    if name != "overlong_penalty":
+        return {}
+    given = cfg.reward.params.get(name, {})
+    max_length = given.get("max_length", cfg.rollout.max_new_tokens)
+    out = {} if "max_length" in given else {"max_length": max_length}
+    if "cache_length" not in given:
+        out["cache_length"] = max(1, round(OVERLONG_CACHE_FRACTION * max_length))
+    return out
+
+
+def _check_window(params: dict, cfg: Config) -> None:
+    """overlong_penalty's window must fit: 0 < cache_length <= max_length (else every call would fail)."""
+    m, c = params["max_length"], params["cache_length"]
+    if isinstance(m, int) and isinstance(c, int) and not 0 < c <= m:
+        given = cfg.reward.params.get("overlong_penalty", {})
+        whence = "" if "max_length" in given else f" (rollout.max_new_tokens={cfg.rollout.max_new_tokens})"
+        raise ConfigError(
+            f"reward.params.overlong_penalty: cache_length={c} must be > 0 and at most max_length={m}{whence}; "
+            "give a cache_length in that range, or a max_length of its own"
+        )
+
+
+def follow_settings(cfg: Config, specs: list[RewardSpec]) -> list[RewardSpec]:
+    """``specs`` (as ``reward_specs`` built them from this config) with every named function whose parameters
+    follow the run's settings (``derived_params``) resolved again from ``cfg`` as it is now: a stage's
+    rollout.max_new_tokens gives that stage's overlong window (train/trainer_stages.py). Every other spec (the
+    task's verifier, a passed function, a function without derived parameters) is kept as it is."""
+    out = list(specs)
+    for i, name in enumerate(spec_sources(cfg, len(specs))):
+        if name is not None and derived_params(cfg, name):
+            out[i] = replace(out[i], fn=named_reward(cfg, name))
+    return out
+
+
+def spec_sources(cfg: Config, count: int | None = None) -> list[str | None]:
+    """What each of the ``count`` specs ``reward_specs`` builds from ``cfg`` came from, in their order (None: the
+    named ones alone): the name in reward.functions of a built-in or import path; "task" for the run's own reward,
+    the task's verifier or, in a run without a task, the passed functions (and environments' rewards) after the
+    named ones, which take its place; None for passed functions beside a task's verifier."""
+    task = task_of(cfg)
+    named = [n for n in cfg.reward.functions if n != "task" or task is not None]
+    rest = "task" if task is None else None
+    return named if count is None else named[:count] + [rest] * (count - len(named))
+
+
+def judged_columns(names: list[str], specs: list[RewardSpec], sources: list[str | None]) -> list[int] | None:
+    """The columns of ``specs`` whose summed values decide which groups dynamic sampling drops
+    (algo.dynamic_sampling_on: ``names``, each a spec's name, its reward.functions entry or "task": the specs
+    ``sources`` marks "task"); None for no names (the weighted total decides). A name that matches none is
+    refused in one sentence."""
+    if not names:
+        return None
+    columns = []
+    for name in names:
+        hits = [i for i, (s, src) in enumerate(zip(specs, sources)) if name in (s.name, src)]
+        if not hits:
+            known = ", ".join(dict.fromkeys(s.name for s in specs))
+            raise ConfigError(
+                f"algo.dynamic_sampling_on names {name!r}, which is none of the run's reward functions ({known}); "
+                "name some of them, task for the run's own reward (the task's verifier, or the functions passed to "
+                "the Trainer), or leave it empty to judge groups by the reward as trained"
+            )
+        columns += hits
+    return sorted(set(columns))
 
 
 def check_reward_params(name: str, fn, given: dict) -> None:

@@ -114,6 +114,26 @@ def _check_overrides(cfg: Config, stage: Stage, where: str) -> None:
         raise ConfigError(f"{where}: {e}") from None
 
 
+def put_rollout(cfg: Config, base: Config, stage: Stage) -> None:
+    """The stage's sampling settings (group size, length, temperature) into ``cfg``: the stage's where it gives
+    one, else the run's own (``base``)."""
+    given = dict(stage.overrides)
+    for name in (n for n in OVERRIDES.values() if n.startswith("rollout.")):
+        field = name.split(".")[1]
+        setattr(cfg.rollout, field, getattr(base.rollout, field))
+        if name in given:
+            set_field(cfg, name, given[name])
+
+
+def run_values(cfg: Config, name: str) -> list:
+    """The values config field ``name`` (one a stage overrides, e.g. rollout.max_new_tokens) takes during the
+    run: each stage's (its override, else the run's own), or the run's own alone without stages."""
+    key = next(k for k, field in OVERRIDES.items() if field == name)
+    section, field = name.split(".")
+    own = getattr(getattr(cfg, section), field)
+    return [s.get(key, own) if isinstance(s, dict) else own for s in cfg.train.stages] or [own]
+
+
 def settle_stages(cfg: Config) -> Config:
     """train.steps becomes the stages' sum (a train.steps set to another number is refused)."""
     if not cfg.train.stages:

@@ -4,7 +4,9 @@ Each step asks ``_enter_stage`` first. When the step's stage differs from the on
 step, a stage boundary, the first step of a resumed run), the stage's settings are put in place: the
 sampled domains, the rollout's group size, length and temperature, the learning rate (the schedule's
 base rates scaled, so warm-up and decay go on over the whole run) and the reward weights; a setting the
-stage leaves out is the run's own. Nothing that is already in force is touched, so a resumed run's
+stage leaves out is the run's own. What the run derives from those settings follows them: the reward
+functions' derived parameters (overlong_penalty's window) are resolved again from the stage's config, and
+the Dr. GRPO constant is read from it at each step. Nothing that is already in force is touched, so a resumed run's
 optimizer keeps exactly the learning rate its checkpoint holds.
 """
 
@@ -13,14 +15,14 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
-from grpokit.config.io import set_field
+from grpokit.config.base import ConfigError
 from grpokit.data.domain_sampler import DomainSampler
 from grpokit.data.domains import DomainReward
 from grpokit.rollout.sampling import sampling_params
 
-from . import teacher
+from . import domain_setup, teacher
 from .models import resolve_dtype
-from .stages import OVERRIDES, Stage, parse_stages, stage_at, stage_weights
+from .stages import Stage, parse_stages, put_rollout, stage_at, stage_weights
 
 
 class TrainerStages:
@@ -32,8 +34,14 @@ class TrainerStages:
         self._base_lrs = list(self.scheduler.base_lrs)
         self._base_weights = [s.weight for s in self.runner.specs]
         self._spec_domains = [s.fn.domain if isinstance(s.fn, DomainReward) else None for s in self.runner.specs]
-        for stage in self.stages:
+        for i, stage in enumerate(self.stages):  # each stage's weights and reward functions checked now
             stage_weights(stage, self._spec_domains, self._base_weights)
+            trial = copy.deepcopy(self.cfg)
+            put_rollout(trial, self._stage_base, stage)
+            try:
+                domain_setup.follow_settings(trial, self.runner.specs)
+            except ConfigError as e:
+                raise ConfigError(f"train.stages[{i}]: {e}") from None
         # a teacher per stage (a domain's expert): each loaded once, checked like algo.distill_teacher
         self._teachers = {self.cfg.algo.distill_teacher: self.ref_model} if self.cfg.algo.distill_teacher else {}
         for i, stage in enumerate(self.stages):
@@ -57,21 +65,29 @@ class TrainerStages:
     def _apply_stage(self, stage: Stage) -> None:
         base, cfg = self._stage_base, self.cfg
         given = dict(stage.overrides)
-        for name in (n for n in OVERRIDES.values() if n.startswith("rollout.")):  # the run's own, then the stage's
-            field = name.split(".")[1]
-            setattr(cfg.rollout, field, getattr(base.rollout, field))
-            if name in given:
-                set_field(cfg, name, given[name])
+        put_rollout(cfg, base, stage)
         self.params = sampling_params(cfg.rollout)
         if isinstance(self.sampler, DomainSampler):
             self.sampler.set_domains(list(stage.domains) if stage.domains is not None else None)
         weights = stage_weights(stage, self._spec_domains, self._base_weights)
-        self.runner.specs = [replace(s, weight=w) for s, w in zip(self.runner.specs, weights)]
-        self.runner_weights = weights
+        self._follow_rewards(weights)
         if self._teachers:
             self.ref_model = self._teachers[stage.teacher or cfg.algo.distill_teacher]
         lr = float(given.get("optim.lr", base.optim.lr))  # optim.lr itself stays: schedules read it (polynomial)
         self._set_lr(lr / base.optim.lr if base.optim.lr else 1.0)
+
+    def _follow_rewards(self, weights: list[float]) -> None:
+        """The reward functions as the stage's settings make them (every value derived from a setting a stage
+        changes follows it: overlong_penalty's window, domain_setup.follow_settings), with the stage's
+        ``weights``; a domain's held-out grader is its training column's function (domain_setup.domain_graders)."""
+        specs = domain_setup.follow_settings(self.cfg, self.runner.specs)
+        self.runner.specs = [replace(s, weight=w) for s, w in zip(specs, weights)]
+        self.runner_weights = weights
+        by_name = {s.name: s.fn for s in self.runner.specs}
+        for domain, column in self.domain_graders.items():  # without domains the evaluator reads the runner
+            runner = self.domain_eval[domain]
+            fn = by_name[column]
+            runner.specs = [replace(runner.specs[0], fn=fn.fn if isinstance(fn, DomainReward) else fn)]
 
     def _set_lr(self, scale: float) -> None:
         """The schedule's base rates become the run's times ``scale``; the rate in force moves with them

@@ -9,10 +9,13 @@ always win, whatever order they are given in. Two rules make a preset fit the ru
   they are kept out unless asked for (``paper_scale=True``, ``grpokit train --paper-scale``), so the
   run keeps its own batch, generation length and learning rate (the demo's, or Config()'s). Other
   fields (group size, clipping, aggregation, KL, rewards ...) are the recipe and always apply.
-  Length shaping follows the run: overlong_penalty's window is derived from rollout.max_new_tokens.
+  Length shaping follows the run: overlong_penalty's window is derived from rollout.max_new_tokens
+  (each stage's under train.stages).
 * "task" in a preset's ``reward.functions`` stands for the run's own reward: when the user named
   reward functions, they take its place (weights multiplied by the preset's weight for "task"), so
-  DAPO on one's own data is the user's reward plus the overlong penalty.
+  DAPO on one's own data is the user's reward plus the overlong penalty; "task" in the preset's
+  algo.dynamic_sampling_on becomes the user's functions too (without any, the functions passed to the
+  Trainer, which take "task"'s place when the run has no task).
 * A preset made for this scale of machine (``scale: own`` at the top of its file: smollm2-math)
   is not a paper's: its batch, generation length and learning rate always apply.
 * A preset fills a feature's settings only where the run has the feature on (``unread``): TRL's
@@ -88,6 +91,11 @@ def apply(name: str, cfg: Config | None = None, paper_scale: bool = False) -> Co
         values["reward.functions"], values["reward.weights"] = _merge_rewards(
             values["reward.functions"], values.get("reward.weights") or [], own, list(cfg.reward.weights)
         )
+        if own and "algo.dynamic_sampling_on" in values:  # "task" there: the same functions as in reward.functions
+            on = values["algo.dynamic_sampling_on"]
+            values["algo.dynamic_sampling_on"] = list(
+                dict.fromkeys(n for x in on for n in (own if x == "task" else [x]))
+            )
         given = given - {"reward.functions", "reward.weights"}
     fill = {key: value for key, value in values.items() if key not in given}
     if "reward.params" in given and "reward.params" in values:  # per-function mappings: the user's win per function
