@@ -124,3 +124,20 @@ def test_a_passed_function_is_judged_beside_named_ones(tiny_model_dir, tmp_path)
         },
     )
     assert [s.name for s in tr.runner.specs] == ["overlong_penalty", "likes_a"] and tr.judged == [1]
+
+
+def test_passed_functions_stand_where_task_is_named():
+    """--preset dapo on one's own data: reward.functions=[task, overlong_penalty] and a passed verifier. The
+    verifier takes task's place, in its place, so it is the run's grader (the first function), not the penalty
+    (before: [overlong_penalty, has_a], and held-out accuracy read the penalty)."""
+    own = ["data.task=", "reward.functions=[task, overlong_penalty]", "algo.dynamic_sampling_on=[task]"]
+    assert columns(own, [has_a]) == (["has_a", "overlong_penalty"], [0])
+    cfg = apply_overrides(Config(), own)
+    specs = reward_setup.reward_specs(cfg, [has_a])
+    assert reward_setup.grader(cfg, specs) == (specs[0], 0) and specs[0].fn is has_a
+    assert reward_setup.spec_sources(cfg, 2) == ["task", "overlong_penalty"]
+    # two passed functions in task's place, a named one on each side: the order the user wrote
+    cfg = apply_overrides(Config(), ["data.task=", "reward.functions=[strict_format, task, overlong_penalty]"])
+    specs = reward_setup.reward_specs(cfg, [has_a, has_a])
+    assert [s.name for s in specs] == ["strict_format", "has_a", "has_a", "overlong_penalty"]
+    assert reward_setup.spec_sources(cfg, 4) == ["strict_format", "task", "task", "overlong_penalty"]

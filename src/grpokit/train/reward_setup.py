@@ -35,10 +35,17 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
     extra = passed + env_rewards
     extra_weights = list(extra_weights) + [1.0] * (len(extra) - len(passed))
     task = task_of(cfg)
+    passed_specs = [
+        RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=w)
+        for i, (f, w) in enumerate(zip(extra, extra_weights))
+    ]
     specs = []
     for name, w in zip(names, weights):
         if name == "task" and extra and task is None:
-            continue  # the "task" reward makes no sense without a task: the passed functions replace it
+            # without a task the passed functions take "task"'s place, in its place: the run's grader is the
+            # first function (grader), so --preset dapo's [task, overlong_penalty] grades with the passed verifier
+            specs, passed_specs = specs + passed_specs, []
+            continue
         if name == "task":
             if task is None:
                 raise ConfigError(
@@ -48,11 +55,7 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
             specs.append(RewardSpec(fn=task.reward_fn, name=getattr(task.reward_fn, "__name__", "task"), weight=w))
         else:
             specs.append(RewardSpec(fn=named_reward(cfg, name), name=name.split(":")[-1], weight=w))
-    if extra:
-        specs += [
-            RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=w)
-            for i, (f, w) in enumerate(zip(extra, extra_weights))
-        ]
+    specs += passed_specs  # no "task" entry: the passed functions after the named ones
     if not specs:
         raise ConfigError("reward.functions is empty and no reward function was passed; name at least one (e.g. task)")
     return specs
@@ -123,12 +126,17 @@ def follow_settings(cfg: Config, specs: list[RewardSpec]) -> list[RewardSpec]:
 def spec_sources(cfg: Config, count: int | None = None) -> list[str | None]:
     """What each of the ``count`` specs ``reward_specs`` builds from ``cfg`` came from, in their order (None: the
     named ones alone): the name in reward.functions of a built-in or import path; "task" for the run's own reward,
-    the task's verifier or, in a run without a task, the passed functions (and environments' rewards) after the
-    named ones, which take its place; None for passed functions beside a task's verifier."""
-    task = task_of(cfg)
-    named = [n for n in cfg.reward.functions if n != "task" or task is not None]
-    rest = "task" if task is None else None
-    return named if count is None else named[:count] + [rest] * (count - len(named))
+    the task's verifier or, in a run without a task, the passed functions (and environments' rewards), which
+    stand where reward.functions names "task" (after the named ones when it does not); None for passed functions
+    beside a task's verifier."""
+    names = list(cfg.reward.functions)
+    if task_of(cfg) is not None:
+        return names if count is None else names[:count] + [None] * (count - len(names))
+    named = [n for n in names if n != "task"]
+    if count is None:
+        return named
+    at = len([n for n in names[: names.index("task")] if n != "task"]) if "task" in names else len(named)
+    return named[:at] + ["task"] * (count - len(named)) + named[at:]
 
 
 def judged_columns(names: list[str], specs: list[RewardSpec], sources: list[str | None]) -> list[int] | None:
