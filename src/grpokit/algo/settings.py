@@ -21,7 +21,8 @@ class ClipSettings:
     clip_low: float = 0.2  # ratio clipped to [1 - clip_low, 1 + clip_high]
     clip_high: float = 0.2  # > clip_low: DAPO's clip-higher; CISPO's truncation is 1 + clip_high
     dual_clip: float | None = None  # dual-clip PPO bound (> 1) for negative advantages; None = off
-    ratio_level: str = "token"  # "token" (GRPO), "sequence" (GSPO), "turn" (GAGPO), "trajectory" (TIC-GRPO)
+    # "token" (GRPO), "sequence" (GSPO-token), "sequence_whole" (GSPO, TRL), "turn" (GAGPO), "trajectory" (TIC-GRPO)
+    ratio_level: str = "token"
     # the objective's own parameters (its ObjectiveSpec.params record, e.g. sapo.SAPOParams); None: its defaults
     params: Any = None
 
