@@ -39,7 +39,10 @@ def _sampler(old):
 @pytest.mark.parametrize("mode", TIS_MODES)
 @pytest.mark.parametrize("bounds", [(None, 3.0), (0.5, 2.0), (0.5, None)])
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "cispo", "sapo"])
-def test_weights_metrics_loss_and_gradient_equal_trl(mode, bounds, loss_type):
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_weights_metrics_loss_and_gradient_equal_trl(mode, bounds, loss_type, level):
+    # at sequence level TRL multiplies each sequence's loss by the token's ratio: with GSPO's sequence ratio
+    # (grpokit.trl's sequence_whole) a token weight scales the whole sequence's gradient
     logp, old, ref, adv, mask = fixed_batch()
     samp = _sampler(old)
     clip_min, clip_max = bounds
@@ -54,7 +57,17 @@ def test_weights_metrics_loss_and_gradient_equal_trl(mode, bounds, loss_type):
         x = logp.clone().requires_grad_(True)
         eps_high = 5.0 if loss_type == "cispo" else 0.2  # cispo: TRL's epsilon_high is the weight cap
         loss = fn(
-            x, old, ref, adv, mask, loss_type=loss_type, beta=0.04, bias_correction=True, epsilon_high=eps_high, **kw
+            x,
+            old,
+            ref,
+            adv,
+            mask,
+            loss_type=loss_type,
+            beta=0.04,
+            bias_correction=True,
+            epsilon_high=eps_high,
+            level=level,
+            **kw,
         )
         loss.backward()
         out.append((loss, x.grad))
