@@ -231,8 +231,8 @@ def grpokit_loss(
     off_policy_threshold: float | None = None,
 ) -> torch.Tensor:
     """grpokit's loss as grpokit.trl maps TRL's arguments (``level``: TRL's ``importance_sampling_level``);
-    ``is_weights``: ``(N, T)`` sampler-correction weights (``tis.tis_weights``),
-    applied as the TIS pipeline stage does, on the advantages. ``top_entropy_quantile`` < 1: the entropy
+    ``is_weights``: ``(N, T)`` sampler-correction weights (``tis.tis_weights``), applied as the
+    TIS pipeline stage does, a factor of each token's policy term. ``top_entropy_quantile`` < 1: the entropy
     top-fraction's policy mask (``masks.entropy_token_mask`` over ``entropy_NT``, as the pipeline's
     ``entropy_top`` stage); ``off_policy_threshold``: ``algo.offpolicy_delta``."""
     from grpokit.algo.loss import policy_loss
@@ -245,7 +245,7 @@ def grpokit_loss(
 
         extra["sampler_log_weight_N"] = sampler_log_weight(is_weights)
     elif is_weights is not None:
-        advantages_N = advantages_N[:, None] * is_weights  # the pipeline's tis stage (pipeline._per_token)
+        extra["policy_weight_NT"] = is_weights  # the pipeline's tis policy weight: a factor of the policy term
     objective = loss_type if loss_type in TRL_OBJECTIVES else "clip"
     aggregation = TRL_OBJECTIVES.get(loss_type) or TRL_TO_GRPOKIT.get(loss_type) or "seq-mean-token-sum"  # luspo
     # TRL's level as grpokit.trl maps it (sequence: sequence_whole, GSPO's sequence objective)

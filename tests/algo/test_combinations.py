@@ -151,12 +151,8 @@ REGISTERED_ROWS = {
         "kl_in_reward": ("kl", "reward"),
         "normalize_components": None,
     },  # MO-GRPO needs several reward functions: tests/algo/test_pipeline.py
-    "advantage stage": {
-        "tis": ("mask", "tis"),
-        "mismatch_mask": ("mask", "icepop"),
-        "entropy_advantage": None,
-        "distill": None,
-    },
+    "advantage stage": {"entropy_advantage": None, "distill": None},
+    "policy weight": {"tis": ("mask", "tis"), "mismatch_mask": ("mask", "icepop")},
 }  # entropy_advantage (EDGE-GRPO): tests/algo/test_pipeline.py::test_mo_grpo_then_edge_stages; distill: test_distill.py
 
 
@@ -264,6 +260,7 @@ def run_pipeline(cell: dict[str, str], cfg: Config):
         inputs.turn_ids,
         ratio_mask=batch.completion_mask,
         policy_mask=inputs.policy_mask,
+        policy_weight=inputs.policy_weight,
     )  # as accumulate passes it
     loss, _ = objective_loss(tensors, inputs.loss, norms)
     loss.backward()

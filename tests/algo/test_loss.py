@@ -254,6 +254,40 @@ def test_gspo_forms_part_under_a_per_token_factor(factor, token_form, whole_form
         assert logp.grad.tolist()[0] == pytest.approx(expected), level
 
 
+def test_policy_weight_weighs_the_surrogate_and_leaves_the_clip_count():
+    # one sequence of two tokens, A = +1, token-mean. Ratio 1 (logp = old = 0), weights [2, 0.5]:
+    # loss = -(2 * 1 + 0.5 * 1) / 2 = -1.25, d/dlogp = -[2, 0.5] / 2 = [-1, -0.25]
+    logp = torch.zeros(1, 2, requires_grad=True)
+    kw = dict(aggregation="token-mean", policy_weight_NT=torch.tensor([[2.0, 0.5]]))
+    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), **kw)
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.25) and logp.grad.tolist() == [[-1.0, -0.25]]
+    # ratio e^0.5 = 1.65 > 1.2 on both tokens, weights [1, 0] (IcePop masked the second): both are clipped high,
+    # high_mean 2/2 = 1 (the advantage's sign is the estimator's; A * w = 0 would have counted 1/2), and the loss
+    # -(1.2 * 1 + 0) / 2 = -0.6 has no gradient (clipped)
+    logp = torch.full((1, 2), 0.5, requires_grad=True)
+    kw["policy_weight_NT"] = torch.tensor([[1.0, 0.0]])
+    loss, m = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), **kw)
+    loss.backward()
+    assert loss.item() == pytest.approx(-0.6) and logp.grad.abs().sum() == 0
+    assert (m["clip_ratio/high_mean"], m["clip_ratio/region_mean"], m["clip_ratio/high_max"]) == (1.0, 1.0, 1.0)
+
+
+def test_offpolicy_mask_reads_the_unweighted_advantages():
+    # per-token advantages [-3, 1] (mean -1 < 0), drift mean(old - logp) = 0.5 > delta 0.1: the row is dropped.
+    # A weight [0, 1] on the advantages would have made their mean (0 + 1) / 2 = 0.5 > 0 and kept the row
+    logp, old = torch.full((1, 2), -0.5), torch.zeros(1, 2)
+    _, m = policy_loss(
+        logp,
+        old,
+        torch.tensor([[-3.0, 1.0]]),
+        torch.ones(1, 2),
+        offpolicy_delta=0.1,
+        policy_weight_NT=torch.tensor([[0.0, 1.0]]),
+    )
+    assert m["offpolicy/masked_sequences"] == 1.0
+
+
 def test_per_token_advantages_accepted():
     logp = torch.zeros(1, 2, requires_grad=True)
     # ratio 1, A = [1, -1] per token, token-mean: loss = -(1 - 1)/2 = 0; grads -1/2 and +1/2

@@ -121,8 +121,9 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def ref_masks(cell, mask, old):
-    """(loss mask, policy mask, per-token advantage weights) after the masks and the advantage stages: the
-    loss mask is every token that counts (normalisers, KL), the policy mask the tokens of the policy term."""
+    """(loss mask, policy mask, per-token weights of the policy term) after the masks and the sampler
+    corrections: the loss mask is every token that counts (normalisers, KL), the policy mask the tokens of the
+    policy term, the weights the sampler corrections' factor of each token's term (TRL: loss times ratio)."""
     loss_mask, weight = mask.clone(), torch.ones_like(mask)
     policy_mask = loss_mask
     ratio = torch.exp(SAMPLER_OFFSET)  # pi_old / pi_sampler on each token
@@ -194,7 +195,6 @@ def reference(cell, cfg, sb, batch, old, logp=LOGP):
     adv = ref_advantages(cell, cfg, r, sb, batch)
     adv_NT = (adv[:, None] if adv.dim() == 1 else adv).expand(4, T).clone()
     loss_mask, policy_mask, weight = ref_masks(cell, mask, old)
-    adv_NT = adv_NT * weight
     turns = [row + [0] * (T - len(row)) for row in (MULTI["turns"] if cell["turns"] == "multi" else [[0] * T] * 4)]
     rho = torch.exp(ref_log_ratio(cell, logp, old, mask, turns))
     if cell["mask"] == "offpolicy":  # DeepSeek-V3.2: the policy term of negative rows drifted by more than delta
@@ -203,7 +203,7 @@ def reference(cell, cfg, sb, batch, old, logp=LOGP):
         mean_adv = (adv_NT * loss_mask).sum(dim=1) / n
         policy_mask = policy_mask * (~((mean_adv < 0) & (drift > DELTA)))[:, None]
     # the policy term on its own tokens; the KL on every token of the loss mask (the papers' objectives, TRL)
-    loss = ref_objective(cell, rho, adv_NT, logp) * policy_mask
+    loss = ref_objective(cell, rho, adv_NT, logp) * policy_mask * weight
     if cell["kl"].startswith("loss"):  # GRPO: beta * KL_k(pi_theta || pi_ref) per token
         loss = loss + BETA * kl(cell, logp, REF)
     return adv_NT, loss_mask, ref_aggregate(cell, loss, loss_mask)

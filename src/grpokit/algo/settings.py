@@ -89,6 +89,9 @@ class LossTensors:
     )
     policy_mask: torch.Tensor | None = None  # (N, T) within mask: the tokens whose policy term (surrogate, entropy
     # bonus) counts, a policy-only token mask's (entropy top-fraction); None: all of mask
+    # (N, T) >= 0: the sampler corrections' weight of each token's policy term (TIS, IcePop / MIS: pipeline's policy
+    # weights), multiplying the objective, not the advantages (whose sign the clip metrics read); None: 1
+    policy_weight: torch.Tensor | None = None
 
 
 @torch.no_grad()
