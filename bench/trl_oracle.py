@@ -230,12 +230,14 @@ def grpokit_loss(
     top_entropy_quantile: float = 1.0,
     off_policy_threshold: float | None = None,
 ) -> torch.Tensor:
-    """grpokit's loss; ``is_weights``: ``(N, T)`` sampler-correction weights (``tis.tis_weights``),
-    applied as the TIS pipeline stage does, on the advantages. ``top_entropy_quantile`` < 1: the entropy
+    """grpokit's loss as grpokit.trl maps TRL's arguments (``level``: TRL's ``importance_sampling_level``);
+    ``is_weights``: ``(N, T)`` sampler-correction weights (``tis.tis_weights``), applied as the
+    TIS pipeline stage does, a factor of each token's policy term. ``top_entropy_quantile`` < 1: the entropy
     top-fraction's policy mask (``masks.entropy_token_mask`` over ``entropy_NT``, as the pipeline's
     ``entropy_top`` stage); ``off_policy_threshold``: ``algo.offpolicy_delta``."""
     from grpokit.algo.loss import policy_loss
     from grpokit.algo.masks import entropy_token_mask
+    from grpokit.trl.args.loss import TRL_RATIO_LEVELS
 
     extra = {}
     if is_weights is not None and loss_type == "vespo":  # the pipeline's vespo_sampler_weight: into VESPO's log w
@@ -243,10 +245,11 @@ def grpokit_loss(
 
         extra["sampler_log_weight_N"] = sampler_log_weight(is_weights)
     elif is_weights is not None:
-        advantages_N = advantages_N[:, None] * is_weights  # the pipeline's tis stage (pipeline._per_token)
+        extra["policy_weight_NT"] = is_weights  # the pipeline's tis policy weight: a factor of the policy term
     objective = loss_type if loss_type in TRL_OBJECTIVES else "clip"
     aggregation = TRL_OBJECTIVES.get(loss_type) or TRL_TO_GRPOKIT.get(loss_type) or "seq-mean-token-sum"  # luspo
-    level = "trajectory" if loss_type == "vespo" else level
+    # TRL's level as grpokit.trl maps it (sequence: sequence_whole, GSPO's sequence objective)
+    level = "trajectory" if loss_type == "vespo" else TRL_RATIO_LEVELS[level]
     if objective == "cispo":  # TRL caps the weight at epsilon_high itself; grpokit at 1 + clip_high
         epsilon_high = epsilon_high - 1.0
     # TRL's delta caps the ratio; with delta > 1 + epsilon_high that is dual-clip PPO's bound for A < 0

@@ -242,6 +242,7 @@ def test_each_register_decorator_fills_its_own_table():
         "register_token_mask": registry.TOKEN_MASKS,
         "register_reward_stage": registry.REWARD_STAGES,
         "register_advantage_stage": registry.ADVANTAGE_STAGES,
+        "register_policy_weight": registry.POLICY_WEIGHTS,
     }
     for name, table in tables.items():
 
@@ -308,8 +309,8 @@ def test_pipeline_plugged_stages_and_tis_below_one():
         MismatchSettings,
         StepSettings,
         TISSettings,
-        advantage_stage_names,
         needed_logprobs,
+        policy_weight_names,
         sampler_record,
     )
     from grpokit.config.sections import AlgoConfig
@@ -321,7 +322,7 @@ def test_pipeline_plugged_stages_and_tis_below_one():
     assert needed_logprobs(StepSettings(AlgoConfig(objective="my:obj")))[2]
     # a TIS cap is on whenever it is above 0 (0 means off), 0.5 included: it needs pi_old's log-probs
     s = StepSettings(AlgoConfig(), tis=TISSettings(cap=0.5), mismatch=MismatchSettings())
-    assert advantage_stage_names(s) == ["tis"] and needed_logprobs(s) == (True, False, False)
+    assert policy_weight_names(s) == ["tis"] and needed_logprobs(s) == (True, False, False)
     # rows the sampler did not score (all-zero logprobs) leave the sampler mask: 1 * 0, not 1 / 0
     _, m = sampler_record(NS(sampling_logprobs=[[-1.0], [0.0]]), NS(completion_mask=torch.ones(2, 1), width=1))
     assert m.tolist() == [[1.0], [0.0]]

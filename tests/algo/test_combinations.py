@@ -9,7 +9,8 @@ expectation computed from the papers' formulas by code that shares nothing with 
 
     dimension      values
     objective      clip (PPO/GRPO), cispo (MiniMax-M1), sapo (soft gate)
-    ratio          token (GRPO), sequence (GSPO), turn (GAGPO), trajectory (TIC-GRPO)
+    ratio          token (GRPO), sequence (GSPO-token), sequence_whole (GSPO's sequence objective, TRL's),
+                   turn (GAGPO), trajectory (TIC-GRPO)
     aggregation    seq-mean-token-mean, token-mean, seq-mean-token-sum-norm (Dr. GRPO), seq-mean-token-sum
     kl             none (beta 0), loss (GRPO's k3 in the loss), reward (REINFORCE++'s KL in the reward),
                    loss_k1, loss_k2, reward_k1 (Schulman's other estimators)
@@ -83,6 +84,7 @@ DIMENSIONS: dict[str, dict[str, list[str]]] = {
     "ratio": {
         "token": [],
         "sequence": ["algo.ratio_level=sequence"],
+        "sequence_whole": ["algo.ratio_level=sequence_whole"],
         "turn": ["algo.ratio_level=turn"],
         "trajectory": ["algo.ratio_level=trajectory"],
     },
@@ -149,12 +151,8 @@ REGISTERED_ROWS = {
         "kl_in_reward": ("kl", "reward"),
         "normalize_components": None,
     },  # MO-GRPO needs several reward functions: tests/algo/test_pipeline.py
-    "advantage stage": {
-        "tis": ("mask", "tis"),
-        "mismatch_mask": ("mask", "icepop"),
-        "entropy_advantage": None,
-        "distill": None,
-    },
+    "advantage stage": {"entropy_advantage": None, "distill": None},
+    "policy weight": {"tis": ("mask", "tis"), "mismatch_mask": ("mask", "icepop")},
 }  # entropy_advantage (EDGE-GRPO): tests/algo/test_pipeline.py::test_mo_grpo_then_edge_stages; distill: test_distill.py
 
 
@@ -262,9 +260,11 @@ def run_pipeline(cell: dict[str, str], cfg: Config):
         inputs.turn_ids,
         ratio_mask=batch.completion_mask,
         policy_mask=inputs.policy_mask,
+        policy_weight=inputs.policy_weight,
     )  # as accumulate passes it
     loss, _ = objective_loss(tensors, inputs.loss, norms)
-    return inputs, loss, sb, batch, old
+    loss.backward()
+    return inputs, loss, logp.grad, sb, batch, old
 
 
 # ---------------------------------------------------------------- the tests
@@ -273,7 +273,7 @@ CELLS = cells() + [{**DEFAULT, **c} for c in LARGER]
 
 
 def test_the_table_covers_every_pair():
-    # 9 dimensions of sizes 3, 4, 4, 6, 5, 7, 7, 2, 2: the distinct cells of all pairs, plus the larger ones
+    # 9 dimensions of sizes 3, 5, 4, 6, 5, 7, 7, 2, 2: the distinct cells of all pairs, plus the larger ones
     sizes = [len(v) for v in DIMENSIONS.values()]
     pairs = sum((a - 1) * (b - 1) for a, b in itertools.combinations(sizes, 2))  # both off default
     singles = sum(a - 1 for a in sizes)  # one off default (each appears in several pairs, counted once)
@@ -320,13 +320,17 @@ def test_cell(cell):
             assert not fields or any(f in text for f in fields), (dim, value, text)
         return
     cfg = config_of(cell)
-    inputs, loss, sb, batch, old = run_pipeline(cell, cfg)
-    adv_NT, loss_mask, expected = reference(cell, cfg, sb, batch, old)
+    inputs, loss, grad, sb, batch, old = run_pipeline(cell, cfg)
+    logp = LOGP.clone().requires_grad_(True)
+    adv_NT, loss_mask, expected = reference(cell, cfg, sb, batch, old, logp)
+    expected.backward()
     real = batch.completion_mask > 0
     got_adv = (inputs.advantages[:, None] if inputs.advantages.dim() == 1 else inputs.advantages).expand(4, T)
     assert torch.allclose(got_adv[real], adv_NT[real], atol=1e-5), (got_adv, adv_NT)
     assert torch.equal(inputs.loss_mask, loss_mask)
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
+    # the gradient too: the ratio levels' forms (GSPO-token or the whole sequence's) differ there only
+    assert torch.allclose(grad[real], logp.grad[real], rtol=1e-4, atol=1e-6), (grad, logp.grad)
 
 
 # the estimators that fix their own normalisation (their StageSpec.config_errors; docs/ALGORITHMS.md "Differences"):

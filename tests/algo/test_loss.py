@@ -139,7 +139,7 @@ def test_ratio_one_without_clipping_is_reinforce(agg):
     assert torch.allclose(a.grad, b.grad, atol=1e-6)
 
 
-@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("level", ["token", "sequence", "sequence_whole"])
 def test_masked_tokens_change_nothing(level):
     logp, old, ref, adv, mask = _batch()
     junk = (1 - mask) * 7.0  # change only masked positions
@@ -157,7 +157,7 @@ def test_masked_tokens_change_nothing(level):
 
 
 @pytest.mark.parametrize("agg", AGGREGATIONS)
-@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("level", ["token", "sequence", "sequence_whole"])
 def test_micro_batches_accumulate_to_full_batch(agg, level):
     logp, old, ref, adv, mask = _batch()
     w = _lambda_w(agg, mask)
@@ -194,14 +194,15 @@ def test_sequence_ratio_equals_token_ratio_for_one_token_completions():
     logp, old, _, adv, _ = _batch(T=1)
     mask = torch.ones(6, 1)
     res = {}
-    for level in ("token", "sequence"):
+    for level in ("token", "sequence", "sequence_whole"):
         x = logp.clone().requires_grad_(True)
         loss, m = policy_loss(x, old, adv, mask, ratio_level=level)
         loss.backward()
         res[level] = (loss.item(), x.grad.clone(), m)
-    assert res["token"][0] == pytest.approx(res["sequence"][0], abs=1e-7)
-    assert torch.allclose(res["token"][1], res["sequence"][1], atol=1e-7)
-    assert res["token"][2] == pytest.approx(res["sequence"][2])
+    for level in ("sequence", "sequence_whole"):
+        assert res["token"][0] == pytest.approx(res[level][0], abs=1e-7)
+        assert torch.allclose(res["token"][1], res[level][1], atol=1e-7)
+        assert res["token"][2] == pytest.approx(res[level][2])
 
 
 def test_gspo_sequence_ratio_hand_worked():
@@ -214,6 +215,77 @@ def test_gspo_sequence_ratio_hand_worked():
     assert loss.item() == pytest.approx(-1.10517, abs=1e-5)
     assert logp.grad.tolist()[0] == pytest.approx([-0.552585, -0.552585], abs=1e-5)
     assert m["ratio/mean"] == pytest.approx(1.10517, abs=1e-5)
+
+
+@pytest.mark.parametrize("level", ["sequence", "sequence_whole"])
+def test_gspo_forms_agree_without_a_per_token_factor(level):
+    # both forms: s = exp(0.1) on each token, d/dlogp_t = -s * A / |o| = -0.552585 (the hand-worked case above)
+    logp = torch.tensor([[0.2, 0.0]], requires_grad=True)
+    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), ratio_level=level)
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.10517, abs=1e-5)
+    assert logp.grad.tolist()[0] == pytest.approx([-0.552585, -0.552585], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "factor, token_form, whole_form",
+    [
+        # the entropy top-fraction keeps token 0 only (a policy mask [1, 0]); one sequence of two tokens, ratio 1,
+        # A = 1, seq-mean-token-mean: loss = -1/2 (m_0 r_0 + m_1 r_1) A.
+        # GSPO-token (sequence): r_t = sg(s) pi_t / sg(pi_t): d/dlogp_0 = -1/2, d/dlogp_1 = 0 (masked: no gradient).
+        # sequence_whole: loss = -1/2 (1 + 0) s, ds/dlogp_t = s / 2 = 1/2: d/dlogp_t = -1/4 on both tokens.
+        ("policy_mask", [-0.5, 0.0], [-0.25, -0.25]),
+        # TIS token weights [2, 0] on the advantages instead: loss = -1/2 (2 r_0 + 0 r_1).
+        # GSPO-token: d/dlogp_0 = -1/2 * 2 = -1, d/dlogp_1 = 0; sequence_whole: -1/2 * 2 * s/2 = -1/2 on both.
+        ("tis", [-1.0, 0.0], [-0.5, -0.5]),
+    ],
+)
+def test_gspo_forms_part_under_a_per_token_factor(factor, token_form, whole_form):
+    for level, expected in (("sequence", token_form), ("sequence_whole", whole_form)):
+        logp = torch.zeros(1, 2, requires_grad=True)
+        adv, kw = torch.tensor([1.0]), {}
+        if factor == "policy_mask":
+            kw["policy_mask_NT"] = torch.tensor([[1.0, 0.0]])
+        else:
+            adv = adv[:, None] * torch.tensor([[2.0, 0.0]])  # the pipeline's TIS weights on the advantages
+        loss, _ = policy_loss(logp, torch.zeros(1, 2), adv, torch.ones(1, 2), ratio_level=level, **kw)
+        loss.backward()
+        assert loss.item() == pytest.approx(-0.5 if factor == "policy_mask" else -1.0), level  # the same value
+        assert logp.grad.tolist()[0] == pytest.approx(expected), level
+
+
+def test_policy_weight_weighs_the_surrogate_and_leaves_the_clip_count():
+    # one sequence of two tokens, A = +1, token-mean. Ratio 1 (logp = old = 0), weights [2, 0.5]:
+    # loss = -(2 * 1 + 0.5 * 1) / 2 = -1.25, d/dlogp = -[2, 0.5] / 2 = [-1, -0.25]
+    logp = torch.zeros(1, 2, requires_grad=True)
+    kw = dict(aggregation="token-mean", policy_weight_NT=torch.tensor([[2.0, 0.5]]))
+    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), **kw)
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.25) and logp.grad.tolist() == [[-1.0, -0.25]]
+    # ratio e^0.5 = 1.65 > 1.2 on both tokens, weights [1, 0] (IcePop masked the second): both are clipped high,
+    # high_mean 2/2 = 1 (the advantage's sign is the estimator's; A * w = 0 would have counted 1/2), and the loss
+    # -(1.2 * 1 + 0) / 2 = -0.6 has no gradient (clipped)
+    logp = torch.full((1, 2), 0.5, requires_grad=True)
+    kw["policy_weight_NT"] = torch.tensor([[1.0, 0.0]])
+    loss, m = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), **kw)
+    loss.backward()
+    assert loss.item() == pytest.approx(-0.6) and logp.grad.abs().sum() == 0
+    assert (m["clip_ratio/high_mean"], m["clip_ratio/region_mean"], m["clip_ratio/high_max"]) == (1.0, 1.0, 1.0)
+
+
+def test_offpolicy_mask_reads_the_unweighted_advantages():
+    # per-token advantages [-3, 1] (mean -1 < 0), drift mean(old - logp) = 0.5 > delta 0.1: the row is dropped.
+    # A weight [0, 1] on the advantages would have made their mean (0 + 1) / 2 = 0.5 > 0 and kept the row
+    logp, old = torch.full((1, 2), -0.5), torch.zeros(1, 2)
+    _, m = policy_loss(
+        logp,
+        old,
+        torch.tensor([[-3.0, 1.0]]),
+        torch.ones(1, 2),
+        offpolicy_delta=0.1,
+        policy_weight_NT=torch.tensor([[0.0, 1.0]]),
+    )
+    assert m["offpolicy/masked_sequences"] == 1.0
 
 
 def test_per_token_advantages_accepted():
@@ -314,7 +386,7 @@ def test_entropy_bonus_aggregation_modes_hand_worked():
 
 
 @pytest.mark.parametrize("entropy_aggregation", ["loss", "token-mean"])
-@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("level", ["token", "sequence", "sequence_whole"])
 def test_micro_batches_accumulate_with_kl_correction_clamp_and_entropy(entropy_aggregation, level):
     logp, old, ref, adv, mask = _batch()
     ent = torch.rand(6, 5, generator=torch.Generator().manual_seed(1)) * 3

@@ -80,13 +80,31 @@ def test_turn_ids_and_lambda_weights_ride_along():
     assert inp.seq_weights(slice(0, 2)).tolist() == [6.0, 6.0]
 
 
-def test_tis_weights_multiply_the_advantages():
-    # sampler logprobs 0 on every token; old = log 0.5 on row 0 -> w = min(0.5, cap) = 0.5; row 1 old = 0 -> w = 1
+def test_tis_weights_weigh_the_policy_term_not_the_advantages():
+    # sampler logprobs 0 on every token; old = log 0.5 on row 0 -> w = min(0.5, cap) = 0.5; row 1 old = 0 -> w = 1.
+    # The advantages stay the estimator's (+-0.5 / S): the weight is a factor of the policy term (TRL: loss * ratio)
     sb, batch = scored([1.0, 0.0], 2, [1, 1])
     old = torch.tensor([[math.log(0.5)], [0.0]])
     inp = run(AlgoConfig(), sb, batch, LogProbs(old), tis=TISSettings(cap=2.0))
-    assert inp.advantages.shape == (2, 1)
-    assert inp.advantages.flatten().tolist() == pytest.approx([0.5 * 0.5 / S, -0.5 / S], rel=1e-5)
+    assert inp.advantages.flatten().tolist() == pytest.approx([0.5 / S, -0.5 / S], rel=1e-5)
+    assert inp.policy_weight.flatten().tolist() == pytest.approx([0.5, 1.0])
+    assert run(AlgoConfig(), sb, batch, LogProbs(old)).policy_weight is None  # no correction on: no weight
+
+
+def test_policy_weights_multiply():
+    # sampler logprob -1 on both rows; pi_old / pi_sampler = 0.4 on row 0, 1.5 on row 1.
+    # TIS (cap 2): [0.4, 1.5]; IcePop ([0.5, 2]): 0.4 is outside -> [0, 1]; the policy weight is the product [0, 1.5]
+    sb, batch = scored([1.0, 0.0], 2, [1, 1])
+    for row in sb.rollout.sampling_logprobs:
+        row[:] = [-1.0]
+    old = torch.tensor([[-1.0 + math.log(0.4)], [-1.0 + math.log(1.5)]])
+    tis, icepop = TISSettings(cap=2.0), MismatchSettings("token")
+    assert run(AlgoConfig(), sb, batch, LogProbs(old), tis=tis).policy_weight.flatten().tolist() == pytest.approx(
+        [0.4, 1.5]
+    )
+    inp = run(AlgoConfig(), sb, batch, LogProbs(old), tis=tis, mismatch=icepop)
+    assert inp.policy_weight.flatten().tolist() == pytest.approx([0.0, 1.5])
+    assert inp.advantages.flatten().tolist() == pytest.approx([0.5 / S, -0.5 / S], rel=1e-5)  # unweighted
 
 
 def test_needed_logprobs_follow_the_declarations_of_the_running_stages():

@@ -160,7 +160,8 @@ def test_lora_settings_without_an_adapter_are_refused(setting):
         f"{name}={shown} has no effect with model.lora_rank=0 (full fine-tuning); set model.lora_rank > 0, or leave "
         f"it {default}"
     )
-    validate(apply_overrides(Config(), ["model.lora_rank=8", setting]))
+    dropout_on = ["model.disable_dropout=false"] * ("lora_dropout" in name)  # LoRA's dropout is off by default
+    validate(apply_overrides(Config(), ["model.lora_rank=8", setting, *dropout_on]))
 
 
 def test_a_seed_outside_numpys_range_is_one_sentence():

@@ -121,8 +121,9 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def ref_masks(cell, mask, old):
-    """(loss mask, policy mask, per-token advantage weights) after the masks and the advantage stages: the
-    loss mask is every token that counts (normalisers, KL), the policy mask the tokens of the policy term."""
+    """(loss mask, policy mask, per-token weights of the policy term) after the masks and the sampler
+    corrections: the loss mask is every token that counts (normalisers, KL), the policy mask the tokens of the
+    policy term, the weights the sampler corrections' factor of each token's term (TRL: loss times ratio)."""
     loss_mask, weight = mask.clone(), torch.ones_like(mask)
     policy_mask = loss_mask
     ratio = torch.exp(SAMPLER_OFFSET)  # pi_old / pi_sampler on each token
@@ -141,26 +142,34 @@ def ref_masks(cell, mask, old):
     return loss_mask, policy_mask * loss_mask, weight
 
 
+def own_token(log_s: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+    """GSPO-token (Zheng et al. 2025): s_it = sg[s_i] * pi(o_it) / sg[pi(o_it)], in logs: the value log s_i,
+    the gradient token t's own log-probability's."""
+    return log_s.detach() + logp - logp.detach()
+
+
 def ref_log_ratio(cell, logp, old, mask, turns) -> torch.Tensor:
     d = (logp - old) * mask
     if cell["ratio"] == "token":
         return d
-    if cell["ratio"] == "sequence":  # GSPO: mean log-ratio of the sequence
-        return (d.sum(dim=1) / mask.sum(dim=1))[:, None].expand_as(d)
+    if cell["ratio"] in ("sequence", "sequence_whole"):  # GSPO: mean log-ratio of the sequence
+        log_s = (d.sum(dim=1) / mask.sum(dim=1))[:, None].expand_as(d)
+        # sequence: the GSPO-token form; sequence_whole: GSPO's sequence objective, s_i with its gradient
+        return own_token(log_s, logp) if cell["ratio"] == "sequence" else log_s
     if cell["ratio"] == "trajectory":  # TIC-GRPO: the product of the token ratios
         return d.sum(dim=1)[:, None].expand_as(d)
-    out = torch.zeros_like(d)  # GAGPO: mean log-ratio of each turn's model tokens
+    out = torch.zeros_like(d)  # GAGPO: mean log-ratio of each turn's model tokens, in the GSPO-token form
     for i in range(d.shape[0]):
         for t in range(T):
             same = [u for u in range(T) if turns[i][u] == turns[i][t] and mask[i, u] > 0]
             out[i, t] = sum(d[i, u] for u in same) / max(len(same), 1)
-    return out
+    return own_token(out, logp)
 
 
 def ref_objective(cell, rho, adv, logp) -> torch.Tensor:
     """The per-token loss of the objective (the negative of what it maximises)."""
     if cell["objective"] == "cispo":  # sg(min(rho, 1 + eps_high)) * A * log pi
-        return -torch.clamp(rho, max=1.2) * adv * logp
+        return -torch.clamp(rho, max=1.2).detach() * adv * logp
     if cell["objective"] == "sapo":  # sigmoid(tau (rho - 1)) * 4 / tau * A, tau by the sign of A
         tau = torch.where(adv > 0, 1.0, 1.05)
         return -torch.sigmoid(tau * (rho - 1)) * 4 / tau * adv
@@ -178,23 +187,23 @@ def ref_aggregate(cell, loss, mask) -> torch.Tensor:
     return ((loss * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).sum() / 4
 
 
-def reference(cell, cfg, sb, batch, old):
-    """(advantages (N, T) on real tokens, loss mask, loss) from the formulas above."""
+def reference(cell, cfg, sb, batch, old, logp=LOGP):
+    """(advantages (N, T) on real tokens, loss mask, loss) from the formulas above; ``logp`` (pi_theta,
+    LOGP's values) may carry a gradient, which the loss then takes."""
     mask = batch.completion_mask
     r = ref_rewards(cell, old, mask)
     adv = ref_advantages(cell, cfg, r, sb, batch)
     adv_NT = (adv[:, None] if adv.dim() == 1 else adv).expand(4, T).clone()
     loss_mask, policy_mask, weight = ref_masks(cell, mask, old)
-    adv_NT = adv_NT * weight
     turns = [row + [0] * (T - len(row)) for row in (MULTI["turns"] if cell["turns"] == "multi" else [[0] * T] * 4)]
-    rho = torch.exp(ref_log_ratio(cell, LOGP, old, mask, turns))
+    rho = torch.exp(ref_log_ratio(cell, logp, old, mask, turns))
     if cell["mask"] == "offpolicy":  # DeepSeek-V3.2: the policy term of negative rows drifted by more than delta
         n = loss_mask.sum(dim=1)
         drift = ((old - LOGP) * loss_mask).sum(dim=1) / n
         mean_adv = (adv_NT * loss_mask).sum(dim=1) / n
         policy_mask = policy_mask * (~((mean_adv < 0) & (drift > DELTA)))[:, None]
     # the policy term on its own tokens; the KL on every token of the loss mask (the papers' objectives, TRL)
-    loss = ref_objective(cell, rho, adv_NT, LOGP) * policy_mask
+    loss = ref_objective(cell, rho, adv_NT, logp) * policy_mask * weight
     if cell["kl"].startswith("loss"):  # GRPO: beta * KL_k(pi_theta || pi_ref) per token
-        loss = loss + BETA * kl(cell, LOGP, REF)
+        loss = loss + BETA * kl(cell, logp, REF)
     return adv_NT, loss_mask, ref_aggregate(cell, loss, loss_mask)

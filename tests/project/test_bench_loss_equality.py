@@ -206,11 +206,13 @@ ENT = torch.rand((6, 7), generator=torch.Generator().manual_seed(7)) * 3  # the 
 @pytest.mark.parametrize("loss_type", sorted(TRL_TO_GRPOKIT))
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 @pytest.mark.parametrize("quantile", [0.2, 0.5])
-def test_entropy_mask_equals_trl(loss_type, beta, quantile):
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_entropy_mask_equals_trl(loss_type, beta, quantile, level):
     # TRL's top_entropy_quantile multiplies the policy term by its mask, then adds the KL on every token and
-    # divides by the completion mask's counts; grpokit's entropy_top stage is a policy-only mask (pipeline)
+    # divides by the completion mask's counts; grpokit's entropy_top stage is a policy-only mask (pipeline).
+    # At sequence level TRL's ratio exp(mean log-ratio) takes every token's gradient (grpokit.trl's sequence_whole)
     (ours, g_ours, m), (theirs, g_theirs, m_trl) = _both(
-        loss_type, beta, entropy_NT=ENT, top_entropy_quantile=quantile, bias_correction=True
+        loss_type, beta, entropy_NT=ENT, top_entropy_quantile=quantile, bias_correction=True, level=level
     )
     assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
     assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
@@ -219,8 +221,54 @@ def test_entropy_mask_equals_trl(loss_type, beta, quantile):
     _, _, _, _, mask = fixed_batch()
     kept = ENT >= torch.quantile(ENT[mask.bool()], 1 - quantile)
     dropped = mask.bool() & ~kept
-    # a token out of the mask has no policy gradient, only the KL's: none at beta 0, some at beta 0.04
-    assert (g_ours[dropped].abs().sum() > 0) == bool(beta) and g_ours[mask.bool() & kept].abs().sum() > 0
+    # token level: a token out of the mask has no policy gradient, only the KL's (none at beta 0, some at 0.04);
+    # sequence level: it moves through its sequence's ratio in the kept tokens' terms (TRL's GSPO)
+    moved = g_ours[dropped].abs().sum() > 0
+    assert moved == (bool(beta) or level == "sequence") and g_ours[mask.bool() & kept].abs().sum() > 0
+
+
+SEQUENCE_LEVEL = [  # (top_entropy_quantile, beta with use_bias_correction_kl, off_policy_threshold, entropy_coef)
+    (q, beta, opm, coef) for q in (1.0, 0.5) for beta in (0.0, 0.04) for opm in (None, 0.05) for coef in (0.0, 0.01)
+]
+
+
+@pytest.mark.parametrize("loss_type", [*sorted(TRL_TO_GRPOKIT), "luspo", "cispo", "sapo"])
+def test_sequence_level_gradients_equal_trl(loss_type):
+    # GSPO under grpokit.trl: every loss type at importance_sampling_level="sequence" with TRL's entropy mask, KL
+    # (bias-corrected), off-policy mask and entropy bonus, each on and off: TRL's loss, its gradient with respect to
+    # the log-probabilities and to the entropies (the bonus), and its clip metrics
+    logp, old, ref, adv, mask = fixed_batch()
+    for q, beta, opm, coef in SEQUENCE_LEVEL:
+        res = []
+        for fn in (grpokit_loss, trl_loss):
+            x, e, metrics = logp.clone().requires_grad_(True), ENT.clone().requires_grad_(True), {}
+            kw = dict(top_entropy_quantile=q, off_policy_threshold=opm, entropy_coef=coef, metrics=metrics)
+            eps_high = 1.3 if loss_type == "cispo" else 0.28
+            loss = fn(
+                x,
+                old,
+                ref if beta else None,
+                adv,
+                mask,
+                loss_type=loss_type,
+                beta=beta,
+                epsilon_high=eps_high,
+                bias_correction=bool(beta),
+                level="sequence",
+                max_completion_length=9,
+                entropy_NT=e,
+                **kw,
+            )
+            loss.backward()
+            res.append((loss, x.grad, e.grad, metrics))
+        (ours, g_ours, e_ours, m), (theirs, g_theirs, e_theirs, m_trl) = res
+        case = f"q={q} beta={beta} opm={opm} coef={coef}"
+        assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6), case
+        assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6), case
+        assert (e_ours is None) == (e_theirs is None) and (e_ours is None or torch.allclose(e_ours, e_theirs)), case
+        for k in ("clip_ratio/region_mean", "clip_ratio/low_min", "clip_ratio/high_max", "cispo_clip_ratio"):
+            if k in m_trl:
+                assert m[k] == pytest.approx(m_trl[k], rel=1e-6, abs=1e-8), (case, k)
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo"])

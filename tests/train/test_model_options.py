@@ -199,3 +199,73 @@ def test_neftune_is_on_in_training_steps_and_off_in_evaluation(tmp_path):
     trainer.train()
     assert True in seen and False in seen and seen[0] is False and seen[-1] is False
     assert trainer.model.get_input_embeddings().grpokit_neftune_on is False
+
+
+# -- model.disable_dropout: pi_old (eval mode) and the update (train mode) are one policy
+
+
+def _dropout_llama(attention_dropout: float = 0.3):
+    from helpers.models import tiny_causal_lm
+
+    return tiny_causal_lm(32, attention_dropout=attention_dropout)
+
+
+def test_disable_dropout_zeroes_every_dropout_of_the_policy():
+    # a two-layer llama with attention_dropout 0.3 (a float each attention layer passes to its kernel in train
+    # mode, no Dropout module) and LoRA on q_proj with dropout 0.1 (a Dropout module per adapted layer):
+    # 2 attention floats + 2 LoRA modules = 4 probabilities set to 0; the config keeps 0.3 (a checkpoint's own)
+    from peft import LoraConfig, get_peft_model
+
+    from grpokit.train.model_options import disable_dropout
+
+    model = get_peft_model(_dropout_llama(), LoraConfig(r=2, lora_dropout=0.1, target_modules=["q_proj"]))
+    assert disable_dropout(model) == 4
+    dropouts = [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    assert len(dropouts) == 2 and dropouts == [0.0, 0.0]
+    assert [m.attention_dropout for m in model.modules() if hasattr(m, "attention_dropout")] == [0.0, 0.0]
+    assert model.config.attention_dropout == 0.3
+    assert disable_dropout(model) == 0  # nothing left to change
+
+
+def test_without_dropout_the_train_mode_forward_is_the_eval_mode_one():
+    # the property the ratio needs: pi_old is taken in eval mode, the update's forward in train mode
+    from grpokit.train.model_options import disable_dropout
+
+    model, ids = _dropout_llama(), torch.randint(2, 32, (2, 9), generator=torch.Generator().manual_seed(0))
+    eval_logits = model.eval()(ids).logits
+    torch.manual_seed(0)
+    assert not torch.allclose(model.train()(ids).logits, eval_logits)  # dropout 0.3 changes the train-mode pass
+    disable_dropout(model)
+    assert torch.equal(model.train()(ids).logits, eval_logits)
+
+
+def test_lora_dropout_needs_disable_dropout_off():
+    lora = ["model.lora_rank=4", "model.lora_dropout=0.05"]
+    with pytest.raises(ConfigError) as e:
+        validate(apply_overrides(Config(), lora))
+    assert str(e.value) == (
+        "model.lora_dropout=0.05 would be set to 0 by model.disable_dropout=true (the policy's dropout is off, so "
+        "pi_old and the update see one policy); set model.disable_dropout=false to train with LoRA dropout, or "
+        "model.lora_dropout=0"
+    )
+    validate(apply_overrides(Config(), [*lora, "model.disable_dropout=false"]))
+
+
+def test_a_model_with_dropout_trains_with_ratio_one_before_its_first_update(tmp_path):
+    # lr 1e-30: the policy never moves, so every ratio pi / pi_old of both updates of a batch (num_iterations 2)
+    # must be 1. With the model's attention dropout 0.3 on, the update's train-mode forward is not the eval-mode
+    # pi_old and the ratios scatter around 1 (clipped where they leave [0.8, 1.2]); model.disable_dropout (the
+    # default) turns it off
+    import json
+
+    from helpers.models import char_tokenizer, save_tiny_model
+    from helpers.runs import make
+
+    model_dir = save_tiny_model(tmp_path / "m", char_tokenizer(), attention_dropout=0.3)
+    ratios = {}
+    for off in (True, False):
+        out = tmp_path / f"run-{off}"
+        over = {"algo.num_iterations": 2, "optim.lr": 1e-30, "train.steps": 1, "model.disable_dropout": off}
+        make(model_dir, out, **over).train()
+        ratios[off] = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["ratio/mean"]
+    assert ratios[True] == 1.0 and ratios[False] != 1.0

@@ -39,7 +39,11 @@ def _sampler(old):
 @pytest.mark.parametrize("mode", TIS_MODES)
 @pytest.mark.parametrize("bounds", [(None, 3.0), (0.5, 2.0), (0.5, None)])
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "cispo", "sapo"])
-def test_weights_metrics_loss_and_gradient_equal_trl(mode, bounds, loss_type):
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_weights_metrics_loss_and_gradient_equal_trl(mode, bounds, loss_type, level):
+    # at sequence level TRL multiplies each sequence's loss by the token's ratio: with GSPO's sequence ratio
+    # (grpokit.trl's sequence_whole) a token weight scales the whole sequence's gradient. The clip metrics read
+    # the advantages' sign, not the weight's: a token the *_mask modes zero still counts where it is clipped
     logp, old, ref, adv, mask = fixed_batch()
     samp = _sampler(old)
     clip_min, clip_max = bounds
@@ -51,16 +55,42 @@ def test_weights_metrics_loss_and_gradient_equal_trl(mode, bounds, loss_type):
         assert metrics[key] == pytest.approx(value, rel=1e-6), key
     out = []
     for fn, kw in ((trl_loss, {"is_ratio": ratio}), (grpokit_loss, {"is_weights": w})):
-        x = logp.clone().requires_grad_(True)
+        x, kw["metrics"] = logp.clone().requires_grad_(True), {}
         eps_high = 5.0 if loss_type == "cispo" else 0.2  # cispo: TRL's epsilon_high is the weight cap
         loss = fn(
-            x, old, ref, adv, mask, loss_type=loss_type, beta=0.04, bias_correction=True, epsilon_high=eps_high, **kw
+            x,
+            old,
+            ref,
+            adv,
+            mask,
+            loss_type=loss_type,
+            beta=0.04,
+            bias_correction=True,
+            epsilon_high=eps_high,
+            level=level,
+            **kw,
         )
         loss.backward()
-        out.append((loss, x.grad))
-    (theirs, g_theirs), (ours, g_ours) = out
+        out.append((loss, x.grad, kw["metrics"]))
+    (theirs, g_theirs, m_theirs), (ours, g_ours, m_ours) = out
     assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-6)
     assert torch.allclose(g_ours, g_theirs, atol=1e-7, rtol=1e-6)
+    clip_keys = [k for k in m_theirs if k.startswith("clip_ratio/") or k == "cispo_clip_ratio"]
+    assert bool(clip_keys) == (loss_type != "sapo")  # TRL logs no clip share for SAPO's soft gate
+    for key in clip_keys:
+        assert m_ours[key] == pytest.approx(m_theirs[key], rel=1e-6, abs=1e-9), key
+
+
+def test_masked_tokens_keep_their_clip_count_by_hand():
+    # two tokens of one sequence, A = +1, ratio pi/pi_old = e^0.5 = 1.65 > 1 + 0.2 on both: both are clipped high.
+    # token_mask weights [1, 0] (the second token's sampler ratio left the bounds): the weight takes the second
+    # token out of the gradient, not out of the clip count: high_mean = 2/2 = 1 (TRL), not 1/2 (A * w = 0 there)
+    logp, old, mask, adv = torch.full((1, 2), 0.5), torch.zeros(1, 2), torch.ones(1, 2), torch.tensor([1.0])
+    w = torch.tensor([[1.0, 0.0]])
+    for fn, kw in ((trl_loss, {"is_ratio": w}), (grpokit_loss, {"is_weights": w})):
+        m = {}
+        fn(logp, old, None, adv, mask, loss_type="dapo", beta=0.0, metrics=m, **kw)
+        assert (m["clip_ratio/high_mean"], m["clip_ratio/high_max"]) == (1.0, 1.0), fn.__name__
 
 
 def test_the_batch_exercises_every_bound():
@@ -110,10 +140,16 @@ def test_the_pipeline_stage_applies_the_mode():
     sb, batch = scored([1.0, 0.0], 2, [2, 2])
     old = torch.tensor([[math.log(2)] * 2, [0.0, 0.0]])
     inp = run(AlgoConfig(), sb, batch, LogProbs(old), tis=TISSettings(cap=3.0, mode="sequence_mask"))
-    assert inp.advantages[0].tolist() == [0.0, 0.0] and inp.advantages[1].tolist() == pytest.approx(
-        [-0.7071] * 2, rel=1e-3
-    )
+    # a weight of the policy term, the advantages left as the estimator gave them (TRL: loss times ratio)
+    assert inp.policy_weight.tolist() == [[0.0, 0.0], [1.0, 1.0]]
+    assert inp.advantages.tolist() == pytest.approx([0.7071, -0.7071], rel=1e-3)
     assert inp.metrics["sampling/importance_sampling_ratio/min"] == 0.0
+    # TRL's batch dict, as a subclass's compute_loss receives it: the advantages and the ratio side by side
+    from grpokit.trl.contract.stages import trl_batch
+
+    d = trl_batch(inp, slice(None), 4.0)
+    assert d["importance_sampling_ratio"].tolist() == [[0.0, 0.0], [1.0, 1.0]]
+    assert d["advantages"].tolist() == pytest.approx([0.7071, -0.7071], rel=1e-3)
 
 
 def test_tis_fields_are_checked():

@@ -386,11 +386,12 @@ def test_update_slices_cut_rows_in_order_and_shift_sequence_weights():
 
 def test_new_loss_types_and_two_sided_clipping_by_hand():
     luspo = to_config(GRPOConfig(loss_type="luspo", importance_sampling_level="sequence", delta=1.5), num_rows=4).algo
-    # LUSPO = the clipped surrogate summed per completion; delta 1.5 > 1 + 0.2 is dual-clip's bound
+    # LUSPO = the clipped surrogate summed per completion; delta 1.5 > 1 + 0.2 is dual-clip's bound; TRL's
+    # sequence level is GSPO's sequence objective (the ratio's gradient on every token): sequence_whole
     assert (luspo.objective, luspo.aggregation, luspo.ratio_level, luspo.dual_clip) == (
         "clip",
         "seq-mean-token-sum",
-        "sequence",
+        "sequence_whole",
         1.5,
     )
     v = to_config(GRPOConfig(loss_type="vespo", vespo_k_pos=1.0, vespo_lambda_neg=4.0), num_rows=4).algo

@@ -109,3 +109,23 @@ def test_an_adapter_on_lm_head_trains_where_trl_refuses_it(chat_model, tmp_path)
     args = small_args(trl.GRPOConfig, tmp_path / "trl", max_steps=1, report_to="none")
     with pytest.raises(ValueError, match="Applying a PEFT adapter to `lm_head` is not supported"):
         trl.GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=args, peft_config=head)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("disable", [True, False])
+def test_disable_dropout_zeroes_the_adapters_dropout_as_trl(backend, disable, chat_model, tmp_path):
+    # TRL's disable_dropout sets every torch Dropout of the model to 0, the LoRA adapters' included (grpokit.trl:
+    # model.disable_dropout, and model.lora_dropout 0); False, TRL's default, trains with the adapters' 0.1
+    from peft import LoraConfig
+
+    mod = pytest.importorskip(backend)
+    config = LoraConfig(r=4, lora_dropout=0.1, target_modules=["q_proj"])
+    args = small_args(mod.GRPOConfig, tmp_path / "run", max_steps=1, report_to="none", save_strategy="no")
+    args.disable_dropout = disable
+    trainer = mod.GRPOTrainer(chat_model, reward_funcs=[short], train_dataset=DATA, args=args, peft_config=config)
+    trainer.train()
+    dropouts = {m.p for m in trainer.model.modules() if isinstance(m, torch.nn.Dropout)}
+    # off: TRL's adapters keep Dropout modules at 0, grpokit.trl's are built without one (PEFT's lora_dropout 0)
+    assert dropouts <= {0.0} if disable else dropouts == {0.1}
+    if backend == "grpokit.trl":
+        assert (trainer.cfg.model.disable_dropout, trainer.cfg.model.lora_dropout) == (disable, 0.0 if disable else 0.1)

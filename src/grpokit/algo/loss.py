@@ -180,6 +180,7 @@ _KEYWORDS: dict[str, tuple[str, str]] = {
     "seq_weights_N": ("tensors", "seq_weights"),
     "sampler_log_weight_N": ("tensors", "sampler_log_weight"),
     "policy_mask_NT": ("tensors", "policy_mask"),
+    "policy_weight_NT": ("tensors", "policy_weight"),
 }
 
 
@@ -229,7 +230,8 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
     on-policy, where the loss is REINFORCE with baseline: ``-A * logp`` in gradient). ``t.advantages``
     is ``(N,)`` per sequence or ``(N, T)`` per token. ``t.mask`` is every token that counts (the KL term,
     the normalisers, the metrics); the policy term (surrogate and entropy bonus) counts only on
-    ``t.policy_mask`` (the entropy top-fraction's tokens) when given. The off-policy mask
+    ``t.policy_mask`` (the entropy top-fraction's tokens) when given, and the surrogate is weighed by
+    ``t.policy_weight`` (TIS, IcePop / MIS) when given. The off-policy mask
     (``s.offpolicy_delta``, DeepSeek-V3.2) drops the policy term of negative-advantage sequences that
     drifted more than delta in mean log-ratio; their KL term and their place in the normalisers stay.
 
@@ -258,22 +260,13 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
         bonus_NT = bonus_NT * grad_NT
     if bonus_NT is not None and s.entropy.aggregation == "loss":
         loss_NT = loss_NT - bonus_NT
-    reduce = lambda x_NT, m_NT: aggregate(
-        x_NT,
-        m_NT,
-        norms.aggregation,
-        num_sequences=norms.num_sequences,  # noqa: E731
-        num_tokens=norms.num_tokens,
-        norm_constant=norms.norm_constant,
-        seq_weights_N=t.seq_weights,
-    )
-    loss, bonus = reduce(loss_NT, t.mask), 0.0
+    loss, bonus = _reduce(loss_NT, t.mask, norms, t.seq_weights), 0.0
     if bonus_NT is not None and s.entropy.aggregation == "token-mean":  # TRL: a plain token mean
         bonus_term = aggregate(bonus_NT, grad_NT, "token-mean", num_tokens=_policy_tokens(t, norms))
         loss, bonus = loss - bonus_term, float(bonus_term.detach())
     elif bonus_NT is not None:  # the bonus inside the reduction: its share, for the policy_loss metric
         with torch.no_grad():
-            bonus = float(reduce(bonus_NT.detach(), t.mask))
+            bonus = float(_reduce(bonus_NT.detach(), t.mask, norms, t.seq_weights))
     metrics = clip_metrics(ratio_NT, adv_NT, t.mask, c)
     if bonus_NT is not None or s.entropy.adaptive:
         metrics["entropy/bonus"] = bonus  # subtracted from the loss; loss + bonus is TRL's policy_loss
@@ -288,15 +281,24 @@ def objective_loss(t: LossTensors, s: LossSettings, norms: Normalisers) -> tuple
     return loss, metrics
 
 
+def _reduce(x_NT: torch.Tensor, m_NT: torch.Tensor, norms: Normalisers, seq_weights_N: torch.Tensor | None):
+    """``aggregate`` by ``norms`` (the whole batch's counts)."""
+    counts = dict(num_sequences=norms.num_sequences, num_tokens=norms.num_tokens, norm_constant=norms.norm_constant)
+    return aggregate(x_NT, m_NT, norms.aggregation, seq_weights_N=seq_weights_N, **counts)
+
+
 def _policy_masks(t: LossTensors, s: LossSettings, adv_NT: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """``(bonus mask, policy mask, sequences dropped)``: the tokens of the policy term. A policy-only token
-    mask (entropy top-fraction) narrows both, the off-policy mask the surrogate's only; the KL term, the
-    normalisers and the metrics keep every token of ``t.mask`` (the papers' objectives, TRL's code)."""
+    """``(bonus mask, surrogate's factor, sequences dropped)``: the tokens of the policy term. A policy-only token
+    mask (entropy top-fraction) narrows both, the off-policy mask the surrogate's only, and the sampler
+    corrections' ``t.policy_weight`` (TIS, IcePop / MIS) weighs the surrogate's tokens (TRL: the per-token loss
+    times the importance sampling ratio); the KL term, the normalisers and the metrics keep every token of
+    ``t.mask`` (the papers' objectives, TRL's code)."""
     grad_NT = (t.mask if t.policy_mask is None else t.policy_mask).to(t.logp.dtype)
+    weighted_NT = grad_NT if t.policy_weight is None else grad_NT * t.policy_weight.to(grad_NT)
     if s.offpolicy_delta is None:
-        return grad_NT, grad_NT, 0.0
+        return grad_NT, weighted_NT, 0.0
     drop_N = offpolicy_sequences(t.logp.detach(), t.old_logp, adv_NT, t.mask, s.offpolicy_delta)
-    policy_NT = grad_NT * (~drop_N)[:, None].to(grad_NT.dtype)  # DeepSeek-V3.2: off-policy sequence masking
+    policy_NT = weighted_NT * (~drop_N)[:, None].to(grad_NT.dtype)  # DeepSeek-V3.2: off-policy sequence masking
     return grad_NT, policy_NT, float(drop_N.sum())
 
 

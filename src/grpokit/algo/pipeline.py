@@ -7,9 +7,13 @@
                    process supervision, GiGPO / GAGPO credit, GTPO / GRPO-S shaping, or a plugin), fed
                    NaN for an unscorable completion (every reward function returned None), which it
                    leaves out of its statistics and gives advantage 0 (TRL's rule),
-                   then EDGE's entropy-scaled advantage, TIS's per-token weights and IcePop /
-                   MIS masking (a zero advantage, not a loss-mask entry: the masked token keeps
-                   its place in the normaliser and the KL term, as in IcePop's objective)
+                   then EDGE's entropy-scaled advantage and on-policy distillation's per-token reward
+    policy_weight <- the sampler corrections, each a per-token factor of the policy term: TIS's weights
+                   and IcePop / MIS masking (a weight 0, not a loss-mask entry: the masked token keeps
+                   its place in the normaliser and the KL term, as in IcePop's objective); a weight,
+                   not a change of the advantage, so what reads the advantage's sign (the clip
+                   metrics, the off-policy mask) sees the estimator's, as TRL; it weighs the whole
+                   advantage, distillation's per-token reward included (all of it sampled by the sampler)
     loss_mask   <- completion_mask narrowed by every active token mask (DAPO overlong, the user's
                    ``algo.token_masks``); policy_mask <- the loss mask narrowed by the policy-only ones
                    (the entropy top-fraction): only the policy term reads it
@@ -45,6 +49,7 @@ from .registry import (
     lookup,
     objective_spec,
     register_advantage_stage,
+    register_policy_weight,
     register_reward_stage,
     stage_spec,
 )
@@ -126,6 +131,8 @@ class UpdateInputs:
     ref_logp: torch.Tensor | None  # (N, T) when the KL is in the loss
     policy_mask: torch.Tensor | None = None  # (N, T) tokens whose policy term (surrogate, entropy bonus) counts,
     # within loss_mask: a policy-only token mask's (entropy top-fraction); None: all of loss_mask
+    policy_weight: torch.Tensor | None = None  # (N, T) the sampler corrections' factor of each token's surrogate
+    # (TIS, IcePop / MIS: the policy weights, multiplied); None: none runs
     turn_ids: torch.Tensor | None = None  # (N, T) turn of every token of an episode (ratio_level="turn")
     seq_weights: Callable[[slice], torch.Tensor] | None = None  # rows -> (n,) lambda-GRPO weights
     loss: LossSettings | None = None  # the objective's records (update_inputs sets them; loss_settings makes them)
@@ -162,18 +169,24 @@ def reward_stage_names(s: StepSettings) -> list[str]:
 
 
 def advantage_stage_names(s: StepSettings) -> list[str]:
-    """The advantage stages ``s`` turns on, in order (EDGE's entropy scaling, TIS, IcePop / MIS)."""
+    """The advantage stages ``s`` turns on, in order (EDGE's entropy scaling, distillation's reward)."""
     return active_stages("advantage stage", s)
 
 
+def policy_weight_names(s: StepSettings) -> list[str]:
+    """The policy weights ``s`` turns on (TIS, IcePop / MIS)."""
+    return active_stages("policy weight", s)
+
+
 def stage_specs(s: StepSettings) -> list[StageSpec]:
-    """The declarations of every stage ``s`` runs besides the objective: its estimator, masks and
-    reward and advantage stages."""
+    """The declarations of every stage ``s`` runs besides the objective: its estimator, masks, reward and
+    advantage stages and policy weights."""
     return (
         [stage_spec("advantage", s.algo.advantage)]
         + [stage_spec("token mask", n) for n in mask_names(s)]
         + [stage_spec("reward stage", n) for n in reward_stage_names(s)]
         + [stage_spec("advantage stage", n) for n in advantage_stage_names(s)]
+        + [stage_spec("policy weight", n) for n in policy_weight_names(s)]
     )
 
 
@@ -246,6 +259,7 @@ def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: 
     for name in advantage_stage_names(s):
         advantages, m = lookup("advantage stage", name)(stage_ctx, advantages)
         post_metrics.update(m)
+    policy_weight = policy_weights(stage_ctx, post_metrics)
     loss_mask, policy_mask = token_masks(s, mask, lp.entropy, scored.rollout.finish_reasons, dist)
     loss, norms = loss_settings(a)
     sampler_log_w, m = objective_sampler_weight(stage_ctx) if _tis_in_objective(s) else (None, {})
@@ -255,6 +269,7 @@ def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: 
         advantages=advantages.to(mask.device),
         loss_mask=loss_mask,
         policy_mask=policy_mask,
+        policy_weight=policy_weight,
         old_logp=lp.old,
         ref_logp=lp.ref if loss.kl.beta else None,
         turn_ids=turn_ids(scored.rollout, tokens.width).to(mask.device) if a.ratio_level == "turn" else None,
@@ -291,6 +306,17 @@ def token_masks(
     return loss_mask, policy_mask * loss_mask if policy_mask is not None else None
 
 
+def policy_weights(ctx: StageContext, metrics: dict[str, float]) -> torch.Tensor | None:
+    """The product ``(N, T)`` of the policy weights ``ctx.settings`` turns on (None: none), their metrics
+    added to ``metrics``."""
+    weight = None
+    for name in policy_weight_names(ctx.settings):
+        w_NT, m = lookup("policy weight", name)(ctx)
+        weight = w_NT if weight is None else weight * w_NT.to(weight)
+        metrics.update(m)
+    return weight
+
+
 def _check_unscorable(advantages: torch.Tensor, ctx: AdvantageContext) -> None:
     """An estimator that reads ``rewards_N`` must leave the unscorable rows (NaN there) out of its statistics:
     one that let the NaN through is refused in one sentence instead of training on NaN."""
@@ -322,11 +348,6 @@ class StageContext:
     dist: Collectives
     sampler_logp: torch.Tensor  # (N, T) the sampler's logprobs of the completion tokens (sampler_record)
     sampler_mask: torch.Tensor  # (N, T) the model's tokens of the rows the sampler scored
-
-
-def _per_token(advantages: torch.Tensor, weight_NT: torch.Tensor) -> torch.Tensor:
-    """``(N,)`` or ``(N, T)`` advantages times a per-token weight, ``(N, T)``."""
-    return (advantages[:, None] if advantages.dim() == 1 else advantages).to(weight_NT.device) * weight_NT
 
 
 @register_reward_stage("normalize_components", StageSpec(active=lambda s: s.component_weights is not None))
@@ -364,17 +385,17 @@ def edge_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.
     return adv, {**metrics, **part_weights({"eda/scale": len(ent_N)})}  # over this rank's completions
 
 
-@register_advantage_stage("tis", StageSpec(needs_old=True, active=lambda s: s.tis.cap > 0 and not _tis_in_objective(s)))
-def tis_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+@register_policy_weight("tis", StageSpec(needs_old=True, active=lambda s: s.tis.cap > 0 and not _tis_in_objective(s)))
+def tis_policy_weight(ctx: StageContext) -> tuple[torch.Tensor, dict[str, float]]:
     """TIS (rollout.tis_cap, tis_mode, tis_min): the sampler was not exactly pi_old (vLLM numerics, stale
-    weights), so every token's advantage is weighted by ``min(pi_old / pi_sampler, cap)``, or by
+    weights), so every token's policy term is weighted by ``min(pi_old / pi_sampler, cap)``, or by
     another of TRL's corrections (tis.py)."""
     old = ctx.logprobs.on_support()
     tis = ctx.settings.tis
     w_NT, metrics = tis_weights(
         old, ctx.sampler_logp.to(old.device), ctx.tokens.completion_mask, tis.cap, tis.mode, tis.floor
     )
-    return _per_token(advantages, w_NT), _by_tokens(ctx, metrics)
+    return w_NT.to(ctx.tokens.completion_mask.device), _by_tokens(ctx, metrics)
 
 
 def _by_tokens(ctx: StageContext, metrics: dict[str, float]) -> dict[str, float]:
@@ -403,15 +424,15 @@ def objective_sampler_weight(ctx: StageContext) -> tuple[torch.Tensor, dict[str,
     return objective_spec(s.algo.objective).sampler_weight(w_NT), _by_tokens(ctx, metrics)
 
 
-@register_advantage_stage("mismatch_mask", StageSpec(needs_old=True, active=lambda s: s.mismatch.mode != "none"))
-def mismatch_masked_advantages(ctx: StageContext, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+@register_policy_weight("mismatch_mask", StageSpec(needs_old=True, active=lambda s: s.mismatch.mode != "none"))
+def mismatch_policy_weight(ctx: StageContext) -> tuple[torch.Tensor, dict[str, float]]:
     """IcePop / MIS (rollout.mismatch_mask): tokens (or whole rows) where the sampler and pi_old
-    disagree beyond ``[low, high]`` leave the gradient (tis.mismatch_mask)."""
+    disagree beyond ``[low, high]`` leave the policy gradient, weight 0 (tis.mismatch_mask)."""
     m = ctx.settings.mismatch
     keep_NT, metrics = mismatch_mask(
         ctx.logprobs.on_support(), ctx.sampler_logp, ctx.sampler_mask, m.mode, m.low, m.high
     )
-    return _per_token(advantages, keep_NT), _by_tokens(ctx, metrics)
+    return keep_NT.to(ctx.tokens.completion_mask.device), _by_tokens(ctx, metrics)
 
 
 from . import distill  # noqa: E402,F401  (registers on-policy distillation's advantage stage, last)

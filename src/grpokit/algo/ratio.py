@@ -1,13 +1,26 @@
-"""The importance ratio pi_theta / pi_old at each ``algo.ratio_level`` (token: GRPO; sequence: GSPO;
-turn: GAGPO; trajectory: TIC-GRPO), as a log ratio ``(N, T)`` broadcast to the tokens with the
-gradient each paper gives it, and the importance weight that multiplies the KL under
-``kl_bias_correction``. loss.py builds the objectives on these."""
+"""The importance ratio pi_theta / pi_old at each ``algo.ratio_level`` (token: GRPO; sequence and
+sequence_whole: GSPO; turn: GAGPO; trajectory: TIC-GRPO), as a log ratio ``(N, T)`` broadcast to the tokens
+with the gradient each paper gives it, and the importance weight that multiplies the KL under
+``kl_bias_correction``. loss.py builds the objectives on these.
+
+GSPO's two forms (Zheng et al. 2025) have the same value, ``s_i`` on every token of sequence i, and differ in
+where its gradient goes. They give the same gradient while every token of a sequence weighs the same in the
+policy term; they part where a per-token factor does not (the entropy top-fraction's mask, TIS's token weights,
+per-token advantages):
+
+* ``sequence`` (GSPO-token, the paper's eq. for token-wise advantages): token t's ratio
+  ``sg(s_i) pi(t) / sg(pi(t))`` carries token t's gradient only, so a token whose policy term is masked or
+  weighted gets exactly that share of the gradient (a masked token: none);
+* ``sequence_whole`` (GSPO's sequence objective, TRL's ``importance_sampling_level="sequence"``): ``s_i``
+  itself, whose gradient ``s_i / |o_i| sum_t grad log pi(t)`` reaches every token of the sequence from
+  every token's term, so a per-token factor scales the whole sequence's gradient (a token outside the
+  entropy mask still moves through the others' terms)."""
 
 from __future__ import annotations
 
 import torch
 
-RATIO_LEVELS: tuple[str, ...] = ("token", "sequence", "turn", "trajectory")
+RATIO_LEVELS: tuple[str, ...] = ("token", "sequence", "sequence_whole", "turn", "trajectory")
 
 
 def log_importance_ratio(
@@ -23,7 +36,10 @@ def log_importance_ratio(
     ``"sequence"`` (GSPO, Zheng et al. 2025): the length-normalised sequence log-ratio
     ``s_i = 1/|o_i| sum_t (logp - old_logp)``, one value per sequence, broadcast to its tokens in
     the GSPO-token form ``sg(s_i) + logp - sg(logp)``: its value is ``s_i`` on every token and its
-    gradient flows through every token's logprob.
+    gradient flows through every token's logprob, each token's ratio carrying its own token's gradient only.
+    ``"sequence_whole"`` (GSPO's sequence objective, as TRL computes it): the same ``s_i`` broadcast with its
+    whole gradient, so each token's term reaches every token of its sequence (the module docstring says
+    where the two forms part).
     ``"turn"`` (GAGPO's action-level ratio, arXiv 2605.13217): the same, per turn of a multi-turn
     episode: the mean log-ratio over the turn's masked tokens (``turn_ids_NT`` names each token's turn).
     ``"trajectory"`` (TIC-GRPO, Pang et al., arXiv 2508.02833): the log of the whole trajectory's
@@ -41,10 +57,20 @@ def _token_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
     return logp_NT - old_logp_NT  # PPO / GRPO: one ratio per token
 
 
-def _sequence_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
+def _mean_log_ratio(logp_NT, old_logp_NT, mask_NT):
+    """``(N,)`` GSPO's ``log s_i = 1/|o_i| sum_t (logp - old_logp)`` over the masked tokens, with its gradient."""
     mask = mask_NT.to(logp_NT.dtype)
-    seq_N = ((logp_NT - old_logp_NT) * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GSPO: s_i
-    return seq_N.detach()[:, None] + logp_NT - logp_NT.detach()  # GSPO-token form
+    return ((logp_NT - old_logp_NT) * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # GSPO: log s_i
+
+
+def _sequence_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
+    seq_N = _mean_log_ratio(logp_NT, old_logp_NT, mask_NT)
+    return seq_N.detach()[:, None] + logp_NT - logp_NT.detach()  # GSPO-token: token t carries its own gradient
+
+
+def _sequence_whole_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
+    seq_N = _mean_log_ratio(logp_NT, old_logp_NT, mask_NT)
+    return seq_N[:, None].expand_as(logp_NT)  # GSPO's sequence objective: s_i with the whole sequence's gradient
 
 
 def _turn_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
@@ -67,7 +93,13 @@ def _trajectory_ratio(logp_NT, old_logp_NT, mask_NT, turn_ids_NT):
 
 
 # the ratio levels by config name (algo.ratio_level): (logp, old_logp, mask, turn_ids) -> log ratio (N, T)
-RATIO_FNS = {"token": _token_ratio, "sequence": _sequence_ratio, "turn": _turn_ratio, "trajectory": _trajectory_ratio}
+RATIO_FNS = {
+    "token": _token_ratio,
+    "sequence": _sequence_ratio,
+    "sequence_whole": _sequence_whole_ratio,
+    "turn": _turn_ratio,
+    "trajectory": _trajectory_ratio,
+}
 
 
 @torch.no_grad()
@@ -96,14 +128,11 @@ def kl_weight(logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, mask_NT: torch.T
     with its gradient: per token, or ``exp(1/|o| sum_t log ratio)`` per sequence (a plain sequence
     weight, as TRL's ``use_bias_correction_kl`` uses it, not the GSPO-token form); at
     ``"trajectory"`` level the trajectory weight ``exp(sum_t log ratio)``."""
-    log_ratio_NT = logp_NT - old_logp_NT
     if level == "token":
-        return torch.exp(log_ratio_NT)
-    mask = mask_NT.to(logp_NT.dtype)
-    seq_N = (log_ratio_NT * mask).sum(dim=1)
-    if level != "trajectory":  # TIC-GRPO's weight is the product, the others the geometric mean
-        seq_N = seq_N / mask.sum(dim=1).clamp(min=1)
-    return torch.exp(seq_N)[:, None].expand_as(logp_NT)
+        return torch.exp(logp_NT - old_logp_NT)
+    if level == "trajectory":  # TIC-GRPO's weight is the product, the others the geometric mean
+        return torch.exp(_trajectory_ratio(logp_NT, old_logp_NT, mask_NT, None))
+    return torch.exp(_mean_log_ratio(logp_NT, old_logp_NT, mask_NT))[:, None].expand_as(logp_NT)
 
 
 def inert_at_ratio_one(a, updates_per_batch: int) -> list[str]:

@@ -27,18 +27,20 @@ OBJECTIVE_FNS: dict[str, Callable] = {}
 TOKEN_MASKS: dict[str, Callable] = {}
 REWARD_STAGES: dict[str, Callable] = {}  # (ctx: StageContext, rewards_N) -> (rewards_N, metrics), before the estimator
 ADVANTAGE_STAGES: dict[str, Callable] = {}  # (ctx: StageContext, advantages) -> (advantages, metrics), after it
+POLICY_WEIGHTS: dict[str, Callable] = {}  # (ctx: StageContext) -> (weight_NT, metrics): a factor of the policy term
 _KINDS = {
     "advantage": ADVANTAGES,
     "objective": OBJECTIVE_FNS,
     "token mask": TOKEN_MASKS,
     "reward stage": REWARD_STAGES,
     "advantage stage": ADVANTAGE_STAGES,
+    "policy weight": POLICY_WEIGHTS,
 }
 
 
 @dataclass(frozen=True)
 class StageSpec:
-    """What an advantage estimator, token mask, reward stage or advantage stage declares beside its
+    """What an advantage estimator, token mask, reward stage, advantage stage or policy weight declares beside its
     function, so that the pipeline and validation read the declaration instead of branching on its
     name. A plugin registered without one is ``UNDECLARED_STAGE``: the step takes every
     log-probability for it."""
@@ -103,7 +105,7 @@ class ObjectiveSpec:
     clipped: Callable | None = None
     metrics: Callable | None = None  # (ratio, adv, clip) -> extra metrics of its own
     sampler_weight: Callable | None = (
-        None  # TIS weights (N, T) -> a log weight (N,) joining its ratio (None: TIS weighs the advantages)
+        None  # TIS weights (N, T) -> a log weight (N,) joining its ratio (None: TIS weighs the policy term)
     )
 
 
@@ -140,6 +142,14 @@ def register_advantage_stage(name: str, spec: StageSpec = UNDECLARED_STAGE) -> C
     """Decorator: ``fn(ctx: StageContext, advantages) -> (advantages, metrics)``, run after the estimator
     while ``spec.active(settings)``."""
     return _register(ADVANTAGE_STAGES, name, spec)
+
+
+def register_policy_weight(name: str, spec: StageSpec = UNDECLARED_STAGE) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(ctx: StageContext) -> (weight_NT, metrics)``, a per-token factor (>= 0) of the policy
+    term, run while ``spec.active(settings)``: the sampler corrections (TIS, IcePop / MIS) weigh each token's
+    objective as TRL multiplies its per-token loss by the importance sampling ratio, leaving the advantages
+    (whose sign the clip metrics and the off-policy mask read) as the estimator gave them."""
+    return _register(POLICY_WEIGHTS, name, spec)
 
 
 def is_import_path(name: str) -> bool:

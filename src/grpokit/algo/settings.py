@@ -21,7 +21,8 @@ class ClipSettings:
     clip_low: float = 0.2  # ratio clipped to [1 - clip_low, 1 + clip_high]
     clip_high: float = 0.2  # > clip_low: DAPO's clip-higher; CISPO's truncation is 1 + clip_high
     dual_clip: float | None = None  # dual-clip PPO bound (> 1) for negative advantages; None = off
-    ratio_level: str = "token"  # "token" (GRPO), "sequence" (GSPO), "turn" (GAGPO), "trajectory" (TIC-GRPO)
+    # "token" (GRPO), "sequence" (GSPO-token), "sequence_whole" (GSPO, TRL), "turn" (GAGPO), "trajectory" (TIC-GRPO)
+    ratio_level: str = "token"
     # the objective's own parameters (its ObjectiveSpec.params record, e.g. sapo.SAPOParams); None: its defaults
     params: Any = None
 
@@ -88,6 +89,9 @@ class LossTensors:
     )
     policy_mask: torch.Tensor | None = None  # (N, T) within mask: the tokens whose policy term (surrogate, entropy
     # bonus) counts, a policy-only token mask's (entropy top-fraction); None: all of mask
+    # (N, T) >= 0: the sampler corrections' weight of each token's policy term (TIS, IcePop / MIS: pipeline's policy
+    # weights), multiplying the objective, not the advantages (whose sign the clip metrics read); None: 1
+    policy_weight: torch.Tensor | None = None
 
 
 @torch.no_grad()

@@ -9,10 +9,11 @@ framework secretly brings you off-policy RL training"):
 
     w_t = min(exp(logp_old_t - logp_sampler_t), C)
 
-The weight multiplies each token's policy-gradient term. Because w_t > 0, multiplying the
-advantage by it is the same as multiplying the clipped objective:
-``min(r * (w A), clip(r) * (w A)) = w * min(r A, clip(r) A)``, so the trainer applies TIS by passing
-per-token advantages ``w_NT * A`` to the unchanged ``loss.policy_loss`` (the KL term stays unweighted).
+The weight multiplies each token's policy-gradient term: the pipeline's ``tis`` policy weight hands
+``w_NT`` to the loss (``LossTensors.policy_weight``), which multiplies each token's objective by it, as TRL
+multiplies its per-token loss by the ratio (the KL term stays unweighted). It is not folded into the
+advantage: ``min(r * (w A), clip(r) * (w A)) = w * min(r A, clip(r) A)`` has the same value, but a weight
+of 0 would then erase the advantage's sign, which the clip metrics and the off-policy mask read.
 A weight of 0 (the mask modes below) leaves the token in the normaliser, as TRL's loss-side product does.
 
 ``rollout.tis_mode`` also selects TRL's other three corrections (``vllm_importance_sampling_mode``):

@@ -37,9 +37,12 @@ class AlgoConfig:
     dual_clip: float = 0.0
     """Dual-clip bound c > 1 for negative advantages (0 = off)."""
     ratio_level: str = "token"
-    """Importance ratio per "token" (GRPO), per "sequence" (GSPO: the geometric mean of the token ratios), per
-    "trajectory" (TIC-GRPO: their product, pi(o|q)/pi_old(o|q)) or per "turn" of an episode (GAGPO's action-level
-    ratio)."""
+    """Importance ratio per "token" (GRPO), per "sequence" (GSPO: the geometric mean of the token ratios, in the
+    GSPO-token form: each token's ratio carries its own token's gradient), per "sequence_whole" (the same ratio
+    with the whole sequence's gradient on every token, GSPO's sequence objective as TRL's
+    importance_sampling_level="sequence"; it differs from "sequence" only where a per-token mask or weight acts:
+    algo.entropy_top_fraction, rollout.tis_cap's token modes, per-token advantages), per "trajectory"
+    (TIC-GRPO: their product, pi(o|q)/pi_old(o|q)) or per "turn" of an episode (GAGPO's action-level ratio)."""
     objective: str = "clip"
     """What multiplies the advantage in the loss: "clip" (PPO/GRPO clipped surrogate), "cispo" (MiniMax-M1: a REINFORCE
     term weighted by the stop-gradient IS weight truncated at 1 + clip_high; clip_low unused) "sapo" (a smooth sigmoid

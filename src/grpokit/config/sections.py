@@ -60,13 +60,20 @@ class ModelConfig:
     lora_alpha: float = 32.0
     """LoRA scaling numerator: the adapter update is (lora_alpha / lora_rank) * B @ A."""
     lora_dropout: float = 0.0
-    """Dropout on the LoRA input path (0 keeps training logprobs equal to the old-policy logprobs)."""
+    """Dropout on the LoRA input path (0 keeps training logprobs equal to the old-policy logprobs); > 0 needs
+    model.disable_dropout=false."""
     lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
     """Modules that get adapters: ["all-linear"] (every linear layer but the output head), module names like [q_proj,
     v_proj], or both ([all-linear, lm_head]); a name that matches no module of the model is refused."""
     lora_save: str = "adapter"
     """What checkpoints hold in model/: "adapter" (the PEFT adapter alone) or "merged" (a plain Hugging Face model with
     adapters merged; the adapter is kept in adapter/ for resume)."""
+    disable_dropout: bool = True
+    """Set every dropout probability of the policy to 0 when it is built (torch's dropout modules, LoRA's included,
+    and transformers' attention_dropout; train/model_options.py). pi_old and the reference are taken in eval mode and
+    the update runs in train mode, so with dropout on the ratio pi / pi_old is not 1 even before the first update of
+    a batch and the clip acts on dropout noise. false: train with the model's own dropout (TRL's default,
+    disable_dropout=False)."""
     quantization: str = "none"
     """QLoRA: "4bit" loads the frozen base in NF4 with bitsandbytes (needs CUDA and lora_rank > 0), or "none"."""
     freeze_vision: bool = True

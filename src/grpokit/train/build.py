@@ -202,6 +202,8 @@ class Policy:
 def build_policy(cfg: Config, device: torch.device, dist: DistContext, tokenizer, model=None) -> Policy:
     t, m = cfg.train, cfg.model
     model = load_model(m, device, resolve_dtype(m, device), model)
+    if m.disable_dropout and model_options.disable_dropout(model) and dist.is_main:  # before the reference copy
+        print("grpokit: the policy's dropout is off (model.disable_dropout=true)", flush=True)
     if not t.threads and device.type == "cpu" and sum(p.numel() for p in model.parameters()) < SMALL_MODEL:
         torch.set_num_threads(1)  # auto: tiny matmuls are overhead-bound; threads only add contention
     if kernels.wants_onednn(m.cpu_matmul, device) and not m.compile:  # float32 linears through oneDNN (nn/kernels.py);

@@ -15,6 +15,10 @@ loaded model:
 * ``router_aux_loss_coef`` (Switch Transformer's load-balancing loss, which Mixture-of-Experts models
   in transformers return as ``aux_loss``): ``router_coefficient`` resolves it against the model; the
   update adds ``coef * aux_loss`` (update.py).
+* ``disable_dropout`` (TRL's ``disable_dropout``): every dropout probability of the policy set to 0
+  (``disable_dropout``). pi_old, the reference and the hf sampler's forward run in eval mode, the update in
+  train mode; with dropout on, the ratio pi / pi_old is not 1 even before the first update of a batch, so
+  the clip acts on dropout noise rather than on the policy's change.
 """
 
 from __future__ import annotations
@@ -56,6 +60,23 @@ def head_in_float32(model: torch.nn.Module) -> None:
     if tied and dtype != torch.float32:
         embeddings.grpokit_output_dtype = dtype
         embeddings.register_forward_hook(_cast_back)
+
+
+def disable_dropout(model: torch.nn.Module) -> int:
+    """Set every dropout probability of ``model`` to 0 and return how many were not 0: torch's dropout modules
+    (LoRA's adapters' included, and all TRL's ``disable_dropout`` sets) and the float attributes named
+    ``*dropout`` that transformers' attention layers pass to their kernel in training mode
+    (``attention_dropout``: a number, not a module). The model's config is left as it is, so a saved
+    checkpoint keeps the model's own dropout settings."""
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            changed, module.p = changed + (module.p != 0), 0.0
+        for name, value in list(vars(module).items()):  # e.g. LlamaAttention.attention_dropout
+            if name.endswith("dropout") and isinstance(value, float):
+                changed += value != 0.0
+                setattr(module, name, 0.0)
+    return changed
 
 
 def _neftune_hook(module, inputs, output):

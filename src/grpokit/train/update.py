@@ -71,6 +71,7 @@ def _rows_of(inputs: UpdateInputs, rows: slice) -> UpdateInputs:
         advantages=inputs.advantages[rows],
         loss_mask=inputs.loss_mask[rows],
         policy_mask=cut(inputs.policy_mask),
+        policy_weight=cut(inputs.policy_weight),
         old_logp=cut(inputs.old_logp),
         ref_logp=cut(inputs.ref_logp),
         turn_ids=cut(inputs.turn_ids),
@@ -339,6 +340,7 @@ def _loss_tensors(
         ratio_mask=mb.completion_mask,
         sampler_log_weight=cut(inputs.sampler_log_weight),
         policy_mask=cut(inputs.policy_mask),
+        policy_weight=cut(inputs.policy_weight),
     )
 
 

@@ -216,10 +216,15 @@ def apply_lora(cfg, peft_config: Any, model: Any) -> None:
             )
     set_field(cfg, "model.lora_rank", peft_config.r)
     set_field(cfg, "model.lora_alpha", peft_config.lora_alpha)
-    set_field(cfg, "model.lora_dropout", peft_config.lora_dropout)
+    set_field(cfg, "model.lora_dropout", _lora_dropout(cfg, peft_config.lora_dropout))
     set_field(
         cfg, "model.lora_target_modules", lora_targets(peft_config.target_modules, model, cfg.model.trust_remote_code)
     )
+
+
+def _lora_dropout(cfg, dropout: float) -> float:
+    """The adapters' dropout: 0 under disable_dropout (model.disable_dropout), which zeroes it as TRL's does."""
+    return 0.0 if cfg.model.disable_dropout else dropout
 
 
 def lora_targets(targets: Any, model: Any, trust_remote_code: bool) -> list[str]:
@@ -267,7 +272,7 @@ def adopt_peft_model(cfg, model: Any, peft_config: Any) -> None:
     targets = lora.target_modules
     set_field(cfg, "model.lora_rank", lora.r)
     set_field(cfg, "model.lora_alpha", lora.lora_alpha)
-    set_field(cfg, "model.lora_dropout", lora.lora_dropout)
+    set_field(cfg, "model.lora_dropout", _lora_dropout(cfg, lora.lora_dropout))
     set_field(cfg, "model.lora_target_modules", sorted(targets) if isinstance(targets, (set, list)) else ["all-linear"])
 
 
@@ -291,14 +296,6 @@ def refuse_custom_code(name: str, trust: bool) -> None:
                 "(or model_init_kwargs) to run it, as TRL requires"
             ) from None
         raise
-
-
-def no_dropout(model) -> None:
-    import torch
-
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
 
 
 class RewardModel:

@@ -65,6 +65,7 @@ MAPPING: list[Rule] = [
     checkpoints.SAVE_ON_EACH_NODE,
     model.MODEL_TERMS,
     model.COMPILE,
+    model.DROPOUT,
     model.KERNELS,
     loss.OFF_POLICY_MASK,
     sampling.TOOL_TURNS,

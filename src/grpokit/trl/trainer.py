@@ -70,7 +70,6 @@ from .inputs import (
     LORA_FIELDS,
     HubPushError,
     env_owns_reward,
-    no_dropout,
     push_folder,
     resume_source,
     reward_funcs_of,
@@ -230,8 +229,6 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         if not self._init_ended:
             self._init_ended = True
             overrides.init_end(self.bridge.user)
-        if self.args.disable_dropout:
-            no_dropout(trainer.model)
         return trainer
 
     def _kept_sinks(self) -> list[str]:

@@ -16,12 +16,13 @@ from typing import Any, Callable
 from grpokit.config.io import set_field
 from grpokit.config.sections import Config, ConfigError
 from grpokit.train import distributed
+from grpokit.train.model_options import disable_dropout
 
 from . import best
 from .args.batch import prompts_per_round, rounds_for
 from .config import GRPOConfig
 from .contract.surface import accelerate_like_trl, refuse_vision_continuous_batching, warn_like_trl
-from .inputs import adopt_peft_model, apply_lora, no_dropout, refuse_custom_code
+from .inputs import adopt_peft_model, apply_lora, refuse_custom_code
 from .mapping import to_config
 
 
@@ -90,8 +91,8 @@ def run_config(
 
 def apply_process_settings(args: GRPOConfig, model: Any) -> None:
     """What TRL sets at construction: a given model's dropout off (disable_dropout), TF32 matmuls (tf32)."""
-    if args.disable_dropout and not isinstance(model, str):
-        no_dropout(model)
+    if args.disable_dropout and not isinstance(model, str):  # the run's build does it again (model.disable_dropout)
+        disable_dropout(model)
     if args.tf32 is not None:
         import torch
 

@@ -35,10 +35,7 @@ def check_model(cfg: Config) -> None:
     one_of("model.vocab_kernels", m.vocab_kernels, VOCAB_MODES)
     one_of("model.lora_save", m.lora_save, ("adapter", "merged"))
     one_of("model.quantization", m.quantization, ("none", "4bit"))
-    check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")
-    if m.lora_rank == 0:  # full fine-tuning: no adapter reads them
-        lora = ["lora_alpha", "lora_dropout", "lora_target_modules", "lora_save"]
-        unread("model", m, ModelConfig(), lora, "with model.lora_rank=0 (full fine-tuning)", "set model.lora_rank > 0")
+    _check_lora(m)
     check(
         m.quantization == "none" or m.lora_rank > 0,
         f"model.quantization={m.quantization!r} trains adapters only; set model.lora_rank > 0 (e.g. 16)",
@@ -49,7 +46,6 @@ def check_model(cfg: Config) -> None:
         "would be sent the 4-bit packed base weights, which it cannot load; set model.quantization=none or "
         "rollout.backend=hf",
     )
-    check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
     check(
         not (m.lm_head_fp32 and m.lora_rank and "lm_head" in m.lora_target_modules),
         "model.lm_head_fp32 keeps lm_head a plain float32 layer, but model.lora_target_modules puts an adapter on "
@@ -82,6 +78,21 @@ def check_model(cfg: Config) -> None:
         m.lora_rank == 0 or a.ref_refresh_every == 0,
         "algo.ref_refresh_every needs full fine-tuning; with LoRA the reference is the frozen base (set "
         "model.lora_rank=0 or algo.ref_refresh_every=0)",
+    )
+
+
+def _check_lora(m: ModelConfig) -> None:
+    """The LoRA fields: a rank, settings read only with adapters, and a dropout model.disable_dropout would zero."""
+    check(m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)")
+    if m.lora_rank == 0:  # full fine-tuning: no adapter reads them
+        lora = ["lora_alpha", "lora_dropout", "lora_target_modules", "lora_save"]
+        unread("model", m, ModelConfig(), lora, "with model.lora_rank=0 (full fine-tuning)", "set model.lora_rank > 0")
+    check(0 <= m.lora_dropout < 1, f"model.lora_dropout={m.lora_dropout} must be in [0, 1)")
+    check(
+        m.lora_dropout == 0 or not m.disable_dropout,
+        f"model.lora_dropout={m.lora_dropout} would be set to 0 by model.disable_dropout=true (the policy's dropout "
+        "is off, so pi_old and the update see one policy); set model.disable_dropout=false to train with LoRA dropout, "
+        "or model.lora_dropout=0",
     )
 
 

@@ -44,7 +44,6 @@ HANDLED_ELSEWHERE: dict[str, str] = {  # arguments the trainer itself carries ou
     "hub_token": "token of push_to_hub",
     "hub_private_repo": "private flag of push_to_hub",
     "remove_unused_columns": "True drops every dataset column but prompt",
-    "disable_dropout": "sets the policy's dropout probabilities to 0",
     "per_device_eval_batch_size": "completions per batch of evaluate()",
     "num_generations_eval": "completions per eval prompt in evaluate() (None: num_generations)",
     "eval_on_start": "evaluate() before the first step",

@@ -180,11 +180,17 @@ CLIPPING = Rule(
     clip_fields,
 )
 
+# TRL's importance_sampling_level -> algo.ratio_level: TRL's sequence ratio exp(mean log-ratio) carries the whole
+# sequence's gradient to every token (GSPO's sequence objective), grpokit's "sequence" is the GSPO-token form
+TRL_RATIO_LEVELS = {"token": "token", "sequence": "sequence_whole"}
+
 RATIO_LEVEL = Rule(
     ("importance_sampling_level",),
     ("algo.ratio_level",),
-    "token or sequence (GSPO)",
-    lambda a, ctx: {"algo.ratio_level": a.importance_sampling_level},
+    "token, or sequence (GSPO) as sequence_whole: the sequence ratio with its whole gradient on every token, as "
+    "TRL (grpokit's own sequence level is the GSPO-token form, which differs under the entropy mask and "
+    "token-level vLLM importance sampling)",
+    lambda a, ctx: {"algo.ratio_level": TRL_RATIO_LEVELS[a.importance_sampling_level]},
 )
 
 REWARD_SCALING = Rule(

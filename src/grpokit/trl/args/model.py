@@ -1,6 +1,6 @@
 """TRL's model arguments -> grpokit's model section: bf16 / fp16, model_init_kwargs (dtype, attention,
 trust_remote_code), gradient / activation checkpointing, use_cpu, cast_lm_head_to_fp32, neftune_noise_alpha,
-router_aux_loss_coef, torch_compile and use_liger_kernel.
+router_aux_loss_coef, torch_compile, disable_dropout and use_liger_kernel.
 
 Each argument's mapping rule and its single-value check live here together.
 """
@@ -139,6 +139,15 @@ COMPILE = Rule(
         "model.compile_backend": a.torch_compile_backend or "inductor",
         "model.compile_mode": a.torch_compile_mode or "default",
     },
+)
+
+DROPOUT = Rule(
+    ("disable_dropout",),
+    ("model.disable_dropout",),
+    "copied: True sets every dropout probability of the policy to 0 (LoRA's too, whose model.lora_dropout is then 0, "
+    "as TRL's switch zeroes it), with transformers' attention_dropout, which TRL's (torch Dropout modules only) "
+    "leaves on; False (TRL's default) trains with the model's dropout",
+    lambda a, ctx: {"model.disable_dropout": a.disable_dropout},
 )
 
 KERNELS = Rule(

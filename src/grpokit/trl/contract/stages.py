@@ -136,13 +136,15 @@ def batch_dict(batch: Any, advantages: torch.Tensor, loss_mask: torch.Tensor, nu
 
 def trl_batch(inputs: Any, rows: slice, num_items: float) -> dict[str, Any]:
     """Rows ``rows`` of a slice's ``UpdateInputs`` as TRL's batch dict (``batch_dict``; ``num_items_in_batch``:
-    the update's loss tokens), with ``old_per_token_logps``, ``ref_per_token_logps`` and
-    ``sampling_per_token_logps`` when the step has them."""
+    the update's loss tokens), with ``old_per_token_logps``, ``ref_per_token_logps``,
+    ``sampling_per_token_logps`` and ``importance_sampling_ratio`` (the policy weight: TRL's vLLM importance
+    sampling ratio, which its loss multiplies in beside the advantages) when the step has them."""
     out = batch_dict(inputs.batch.rows(rows), inputs.advantages[rows], inputs.loss_mask[rows], num_items)
     for key, value in (
         ("old_per_token_logps", inputs.old_logp),
         ("ref_per_token_logps", inputs.ref_logp),
         ("sampling_per_token_logps", inputs.sampler_logp),
+        ("importance_sampling_ratio", inputs.policy_weight),
     ):
         if value is not None:
             out[key] = value[rows]
@@ -302,6 +304,7 @@ def compute_loss(facade: Any, model, inputs: dict[str, Any]):
         seq_weights=update.seq_weights(rows) if update is not None and update.seq_weights is not None else None,
         sampler_log_weight=cut(getattr(update, "sampler_log_weight", None)),
         policy_mask=cut(getattr(update, "policy_mask", None)),
+        policy_weight=inputs.get("importance_sampling_ratio"),  # the batch's own, as TRL reads it
     )
     loss, metrics = objective_loss(tensors, settings, norms)
     if aux is not None:  # a Mixture-of-Experts router loss, each micro-batch weighed by its rows (as grpokit's loss)
