@@ -91,7 +91,7 @@ def _again(run: Run) -> str:
 
 
 def check_grad_spikes(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    """Gradient norms far above the run's median; the steps whose norm was NaN or inf are `nonfinite_steps`'
+    """Gradient norms far above the run's median; the steps whose norm was NaN or inf are `nonfinite_updates`'
     (nonfinite_checks.py)."""
     # a step of several updates logs their mean as grad_norm and the largest as grad_norm/max: a spike is the max
     pts = values(run, "grad_norm/max") or values(run, "grad_norm")
