@@ -62,7 +62,8 @@ def test_a_run_is_evaluated_on_its_own_data_grader_and_sampling(tmp_path, capsys
     assert (sampling.max_new_tokens, sampling.temperature, sampling.top_k, sampling.top_p) == (7, 0.5, 5, 1.0)
     assert "has no held-out set (data.eval_dataset is empty), so its training data" in capsys.readouterr().err
     # flags override the run's settings one by one
-    cfg, sampling, target = _settings(["--model", str(run), "--task", "arithmetic", "--temperature", "0"], run)
+    argv = ["--model", str(run), "--task", "arithmetic", "--temperature", "0", "--k", "1"]
+    cfg, sampling, target = _settings(argv, run)
     assert target == Target(task="arithmetic", dataset=None, split=None, reward="task")
     assert (sampling.temperature, sampling.max_new_tokens) == (0.0, 7)  # 0: greedy, valid for evaluation
 
@@ -185,6 +186,26 @@ def test_columns_are_a_datasets_and_task_params_a_tasks(tmp_path):
 def test_each_flag_is_checked_before_any_work(argv, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         eval_cli.run_eval(eval_cli.parse_args(argv))
+
+
+def test_a_runs_own_greedy_setting_is_refused_for_k_above_1(tmp_path):
+    # training accepts rollout.top_k=1 (temperature 0.5 > 0): evaluated with the default --k 1,4,8, the 8 samples
+    # would be one completion repeated. Before, only the flags were checked (--top-k was not given): pass@8 printed.
+    run, _ = _run(tmp_path, "rollout.top_k=1")
+    with pytest.raises(ConfigError) as e:
+        _settings(["--model", str(run)], run)
+    assert str(e.value) == (
+        "the run's rollout.top_k=1 decodes greedily, so the 8 samples of --k 1,4,8 would be one completion repeated, "
+        "not independent draws; give --k 1 for greedy accuracy, or give --top-k 0 for pass@k and maj@k with k > 1"
+    )
+    # the settings used decide: --top-k 0 samples (k = 8 is valid), --k 1 is greedy accuracy (valid)
+    assert _settings(["--model", str(run), "--top-k", "0"], run)[1].top_k == 0
+    assert _settings(["--model", str(run), "--k", "1"], run)[1].top_k == 1
+    # and a run that samples is refused when a flag makes it greedy, the flag named
+    (tmp_path / "other").mkdir()
+    run, _ = _run(tmp_path / "other")
+    with pytest.raises(ConfigError, match=r"^--temperature 0 decodes greedily, so the 4 samples of --k 1,4 "):
+        _settings(["--model", str(run), "--temperature", "0", "--k", "1,4"], run)
 
 
 def test_a_split_of_a_local_file_is_refused(tmp_path):

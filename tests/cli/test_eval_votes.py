@@ -146,6 +146,32 @@ def test_the_arithmetic_task_votes_on_its_first_tag_as_written():
     assert maj_at_k(keys, ok, 4) == 0.0  # 12 has 2 votes, 13 and 012 one each
 
 
+def test_a_blank_arithmetic_tag_casts_no_vote():
+    # extract_answer reads "" from "<answer></answer>" (and from "<answer> </answer>"), not None. Before, those
+    # three blanks were one wrong vote ("wrong", "") with 3 votes against the right answer's 2: maj@5 = 0.0.
+    # A blank slot casts no vote: the only votes are the right answer's 2 -> maj@5 = 1.0.
+    samples = [
+        "<answer></answer>",
+        "<answer>13</answer>",
+        "<answer> </answer>",
+        "<answer></answer>",
+        "<answer>13</answer>",
+    ]
+    grades = arithmetic_accuracy(None, samples, ["13"] * 5)
+    ok = [g == 1.0 for g in grades]
+    assert ok == [False, True, False, False, True]
+    keys = vote_keys(votes_of(arithmetic_accuracy), samples, [None] * 5, ok)
+    assert keys == [None, RIGHT, None, None, RIGHT]
+    assert maj_at_k(keys, ok, 5) == 1.0
+
+
+def test_an_empty_reading_casts_no_vote_whichever_grader_reads_it():
+    # choice_accuracy reads no letters from "<answer>none</answer>" (""): no vote, like a blank tag; "(C)" is C.
+    samples = ["<answer>none</answer>", "<answer></answer>", "(C)"]
+    ok = [g == 1.0 for g in choice_accuracy(None, samples, ["B"] * 3)]
+    assert vote_keys(votes_of(choice_accuracy), samples, [None] * 3, ok) == [None, None, ("wrong", "C")]
+
+
 def test_a_choice_grader_votes_on_the_letters():
     samples = ["(B)", "A or B", "the answer: <answer>A</answer>", "<answer>B</answer>"]
     ok = [g == 1.0 for g in choice_accuracy(None, samples, ["B"] * 4)]

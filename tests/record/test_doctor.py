@@ -234,7 +234,7 @@ def test_non_finite_steps(tmp_path: Path) -> None:
     rows[32]["loss"] = float("nan")  # step 33; the trainer skipped that update
     found = diagnose(load_run(write_run(tmp_path / "run", rows)))
     # one skipped update of 60 (1 in a row, 1/60 < nonfinite_share 0.1 and fewer than max_nonfinite_steps 3): a warning
-    assert [(f.code, f.level) for f in found] == [("nonfinite_steps", "warning")]
+    assert [(f.code, f.level) for f in found] == [("nonfinite_updates", "warning")]
     assert found[0].evidence == "loss or grad_norm non-finite at 1 of 60 steps (33)"
     (tmp_path / "run" / "config.yaml").write_text("health:\n  nonfinite_keys: [grad_norm]\n")  # the live alarm's keys
     assert codes(tmp_path / "run") == []

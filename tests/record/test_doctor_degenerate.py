@@ -191,7 +191,7 @@ def test_a_run_whose_every_update_was_non_finite_is_named_not_nothing_to_fix(tmp
     (path / "health.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     diag = examine(load_run(path))
     # 3 in a row: as many as stop a run of grpokit's (health.max_nonfinite_steps 3), so an error
-    assert [(f.code, f.level) for f in diag.findings] == [("nonfinite_steps", "error")]
+    assert [(f.code, f.level) for f in diag.findings] == [("nonfinite_updates", "error")]
     assert diag.findings[0].evidence == (
         "loss or grad_norm non-finite at 3 of 3 steps (1-3), 3 in a row "
         "(a run of grpokit's stops at health.max_nonfinite_steps=3)"

@@ -76,15 +76,9 @@ class Target:
 
 def check_flags(args: argparse.Namespace) -> tuple[list[int], int]:
     """The counts and the choice of rows: one sentence for the first flag that is wrong. Returns the k of
-    pass@k (``--k``) and the samples per prompt (``--samples``, default the largest k)."""
+    pass@k (``--k``) and the samples per prompt (``--samples``, default the largest k). Greedy decoding
+    with k > 1 is refused by `sampling_settings`, on the settings used (a flag's or the run's)."""
     ks, n = _ks_and_samples(args)
-    if ks[-1] > 1 and (args.temperature == 0 or args.top_k == 1):
-        greedy = "--temperature 0" if args.temperature == 0 else "--top-k 1"
-        raise ConfigError(
-            f"{greedy} decodes greedily, so the {ks[-1]} samples of --k {args.k} would be one completion repeated, "
-            f"not independent draws; give --k 1 for greedy accuracy, or leave {greedy} out (sampling as the run "
-            "did, else at temperature 1) for pass@k and maj@k with k > 1"
-        )
     if args.limit < 0:
         raise ConfigError(f"--limit {args.limit} must be >= 0 (0 = all prompts)")
     if args.task and args.dataset:  # --task '' --dataset F: the old spelling of the dataset alone
@@ -218,7 +212,7 @@ def _check_row_overrides(overrides: list[str], source: str | None) -> None:
 
 def sampling_settings(args: argparse.Namespace, trained: RolloutConfig | None) -> RolloutConfig:
     """The sampling settings: each flag given, else the run's (as trained), else eval's defaults;
-    checked with training's rules, except that temperature 0 (greedy) is valid."""
+    checked with training's rules, except that temperature 0 (greedy) is valid, for --k 1 only."""
     base = trained if trained is not None else RolloutConfig(**EVAL_DEFAULTS)
     values = {name: getattr(base, name) for name in SAMPLING_FLAGS}
     given = {name: getattr(args, name) for name in SAMPLING_FLAGS if getattr(args, name) is not None}
@@ -230,9 +224,30 @@ def sampling_settings(args: argparse.Namespace, trained: RolloutConfig | None) -
         return f"the run's rollout.{name}={value}" if trained is not None else f"{SAMPLING_FLAGS[name]} {value}"
 
     check_sampling(r, said, greedy=True)
+    _refuse_greedy_repeats(r, args, said, given)
     if any(not s for s in r.stop):
         raise ConfigError("--stop '' is empty, so every completion would stop at once; give the text that ends one")
     return r
+
+
+def _refuse_greedy_repeats(
+    r: RolloutConfig, args: argparse.Namespace, said: Callable[[str, Any], str], given: dict[str, Any]
+) -> None:
+    """Greedy decoding (temperature 0 or top-k 1, from a flag or from the run) draws one completion: k > 1
+    samples of it would be counted as independent draws in pass@k and maj@k."""
+    k = _ks_and_samples(args)[0][-1]
+    name = "temperature" if r.temperature == 0 else "top_k" if r.top_k == 1 else None
+    if k == 1 or name is None:
+        return
+    greedy = said(name, 0 if name == "temperature" else 1)  # "--top-k 1", or "the run's rollout.top_k=1"
+    if name in given:
+        sample = f"leave {greedy} out (sampling as the run did, else at temperature 1)"
+    else:  # the run's own setting: a flag that samples
+        sample = f"give {SAMPLING_FLAGS[name]} {'1' if name == 'temperature' else '0'}"
+    raise ConfigError(
+        f"{greedy} decodes greedily, so the {k} samples of --k {args.k} would be one completion repeated, not "
+        f"independent draws; give --k 1 for greedy accuracy, or {sample} for pass@k and maj@k with k > 1"
+    )
 
 
 def grader(cfg: Config, explicit: bool) -> Callable:

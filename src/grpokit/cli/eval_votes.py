@@ -15,8 +15,8 @@ answers counted together. Here a sample's vote is the answer the grading functio
     any other function       the final answer as text; the output says so, as grpokit cannot know how a
     (module:function)        function of the user's reads an answer
 
-- a sample without an answer (its tag or box left blank, answers.left_empty; no tag for arithmetic) casts
-  no vote;
+- a sample without an answer (its tag or box left blank, answers.left_empty; no tag, or a blank one, for
+  arithmetic) casts no vote: a grader's reading that is empty text is no answer, whichever grader reads it;
 - a sample the grader marked right and one it marked wrong are never one vote, even when they read alike
   (a hedge whose last box is the gold scores 0), so the winning vote's grade is well defined.
 
@@ -42,8 +42,8 @@ class Votes:
     reads: str
     """What a vote is, in words: the output's ``maj_votes_on``."""
     keys: Callable[[list[str], list[str | None]], list[Hashable | None]] | None
-    """(completion texts, their prompts' texts) -> one key per completion, equal keys one vote, None no vote;
-    None: the grader reads no one answer, so there is no maj@k."""
+    """(completion texts, their prompts' texts) -> one key per completion, equal keys one vote, None (or "", an
+    empty reading) no vote; None: the grader reads no one answer, so there is no maj@k."""
 
 
 def _final_text(texts: list[str], prompts: list[str | None]) -> list[Hashable | None]:
@@ -77,15 +77,15 @@ def _registry() -> dict[Callable, Votes]:
         reasoning_gym.reasoning_gym_accuracy: Votes("the final answer, as text", _final_text),
         grounding.vqa_accuracy: Votes(
             "the answer as vqa_accuracy normalises it",
-            _each(lambda t: grounding.normalize_answer(grounding.answer_part(t)) or None),
+            _each(lambda t: grounding.normalize_answer(grounding.answer_part(t))),
         ),
         grounding.choice_accuracy: Votes(
             "the letters named, as choice_accuracy reads them",
-            _each(lambda t: "".join(sorted(grounding.choice_letters(t))) or None),
+            _each(lambda t: "".join(sorted(grounding.choice_letters(t)))),
         ),
         grounding.count_reward: Votes(
             "the integers named, as count_accuracy reads them",
-            _each(lambda t: ",".join(grounding.count_numbers(t)) or None),
+            _each(lambda t: ",".join(grounding.count_numbers(t))),
         ),
     }
     no_answer = {resolve_reward(name) for name in BUILTINS} - set(answers) | {shapes.shapes_reward}
@@ -108,12 +108,13 @@ def vote_keys(
     votes: Votes, texts: Sequence[str], prompts: Sequence[str | None], correct: Sequence[bool | None]
 ) -> list[Hashable | None]:
     """One vote per sample (the module docstring): ``RIGHT`` for those the grader gave full reward, the key of
-    its answer for the others (None: no vote). Only the wrong samples are read."""
+    its answer for the others (None: no vote, also where the reading is empty text, a blank slot such as
+    ``<answer></answer>``). Only the wrong samples are read."""
     if votes.keys is None:
         return [None] * len(texts)
     wrong = [i for i, ok in enumerate(correct) if not ok]
     keys = votes.keys([texts[i] for i in wrong], [prompts[i] for i in wrong])
     out: list[Hashable | None] = [RIGHT] * len(texts)
     for i, key in zip(wrong, keys):
-        out[i] = None if key is None else ("wrong", key)
+        out[i] = None if key is None or key == "" else ("wrong", key)
     return out

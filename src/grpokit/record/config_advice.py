@@ -7,27 +7,20 @@ advice, worded so it cannot contradict what it does not know.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .report_data import Run
 from .run_series import config_value
-
-
-def setting(run: Run, dotted: str) -> Any:
-    """The run config's value of `dotted` ("algo.mask_truncated"), None where its config does not say."""
-    return config_value(run, dotted, None)
 
 
 def masks_truncated(run: Run) -> bool | None:
     """Whether completions cut at the length limit are left out of the loss (algo.mask_truncated, DAPO's
     overlong filtering; TRL's mask_truncated_completions maps to it); None when the config does not say."""
-    on = setting(run, "algo.mask_truncated")
+    on = config_value(run, "algo.mask_truncated", None)
     return on if isinstance(on, bool) else None
 
 
 def clipping(run: Run) -> str:
     """Gradient clipping as the run has it: kept on, turned on where it is off (optim.max_grad_norm 0)."""
-    limit = setting(run, "optim.max_grad_norm")
+    limit = config_value(run, "optim.max_grad_norm", None)
     if isinstance(limit, (int, float)) and not isinstance(limit, bool):
         if limit > 0:
             return f"keep gradient clipping on (optim.max_grad_norm={limit:g}, lower to clip harder)"
@@ -37,7 +30,7 @@ def clipping(run: Run) -> str:
 
 def precision(run: Run) -> str:
     """bf16 over fp16, said only to a run that trains in float16 or whose dtype is not known."""
-    dtype = setting(run, "model.dtype")
+    dtype = config_value(run, "model.dtype", None)
     if dtype is None:
         return "prefer bf16 over fp16"
     return "train in bfloat16 rather than float16 (model.dtype=bfloat16)" if dtype == "float16" else ""
@@ -45,7 +38,7 @@ def precision(run: Run) -> str:
 
 def dynamic_sampling(run: Run) -> str:
     """DAPO dynamic sampling: advised where it is off; where on, its rounds (algo.max_sampling_rounds) ran out."""
-    if setting(run, "algo.dynamic_sampling") is True:
+    if config_value(run, "algo.dynamic_sampling", None) is True:
         return (
             "dynamic sampling is on (algo.dynamic_sampling=true) and still found too few groups with signal: raise "
             f"algo.max_sampling_rounds (now {config_value(run, 'algo.max_sampling_rounds')})"
@@ -56,7 +49,7 @@ def dynamic_sampling(run: Run) -> str:
 def fewer_iterations(run: Run) -> str:
     """Fewer updates per batch, said only where there are several (algo.num_iterations > 1) or their count is
     not known."""
-    n = setting(run, "algo.num_iterations")
+    n = config_value(run, "algo.num_iterations", None)
     if isinstance(n, int) and not isinstance(n, bool) and n <= 1:
         return ""
     return f"fewer updates per batch (algo.num_iterations={config_value(run, 'algo.num_iterations')})"

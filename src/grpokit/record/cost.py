@@ -5,9 +5,9 @@
   such groups, 1 / (1 - z) rollouts are paid for each one that carries signal;
 - compute after the last held-out improvement: steps (and seconds, where `time/step` is logged) that
   ran after the held-out accuracy last beat its best by more than `heldout_min_gain`;
-- the step to resume from: for a run that went bad (a non-finite loss, gradient norm or other metric the
-  doctor reads, a gradient spike, KL above its limit, held-out accuracy falling), the onset and the last
-  checkpoint saved before it.
+- the step to resume from: for a run that went bad (a non-finite loss or gradient norm, another metric the
+  doctor reads non-finite as long or as often as makes `nonfinite_metrics` an error, a gradient spike, KL
+  above its limit, held-out accuracy falling), the onset and the last checkpoint saved before it.
 """
 
 from __future__ import annotations
@@ -74,8 +74,14 @@ def after_last_improvement(run: Run, dc: DoctorConfig) -> Note | None:
 
 def onset(run: Run, hc: HealthConfig, dc: DoctorConfig) -> tuple[int, str] | None:
     """The first step where the run went bad, and why; None for a run that did not."""
-    # the first non-finite value of a metric the doctor reads (nonfinite_checks.py: its rule, one with the live monitor)
-    found = [(n.steps[0], f"non-finite {' or '.join(n.keys)}") for n in nonfinite_found(run, hc)]
+    # the first non-finite update (nonfinite_checks.py: its rule, one with the live monitor), or the first non-finite
+    # value of another metric the doctor reads where that metric went bad (severe): one NaN entropy, a warning,
+    # does not move the point to resume from before it
+    found = [
+        (n.steps[0], f"non-finite {' or '.join(n.keys)}")
+        for n in nonfinite_found(run, hc)
+        if n.keys == tuple(hc.nonfinite_keys) or n.severe(hc, dc)
+    ]
     grad = values(run, "grad_norm")
     med = statistics.median(v for _, v in grad) if len(grad) >= 6 else 0.0
     found += [

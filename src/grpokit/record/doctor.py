@@ -40,7 +40,7 @@ from .learning_checks import (
     check_truncation,
     check_zero_std,
 )
-from .nonfinite_checks import check_nonfinite
+from .nonfinite_checks import check_nonfinite_metrics, check_nonfinite_updates
 from .report_data import Run
 from .run_series import COVERAGE, heldout_series, last_step
 from .signal_checks import (
@@ -92,7 +92,8 @@ CHECKS: tuple[Callable[[Run, HealthConfig, DoctorConfig], Finding | None], ...] 
     check_kl_pinned,
     check_clip_asymmetry,
     check_tight_clip,
-    check_nonfinite,
+    check_nonfinite_updates,
+    check_nonfinite_metrics,
     check_grad_spikes,
     check_mismatch,
     check_reward_failures,

@@ -7,7 +7,8 @@ them; each finding is returned once, the first time it appears, and once more ea
 rises (a few skipped updates are a warning, as many in a row as stop a run an error), so that
 DoctorCallback's `stop_on="error"` sees it. Codes in ``skip`` are left to whoever already watches them
 (the live monitors' own alarms for zero-std groups, entropy, length, KL and clipping, same-length groups
-and reward failures: the doctor decides those with the live monitor's own rule, run_series.live_alarm),
+and reward failures: the doctor decides those with the live monitor's own rule, run_series.live_alarm;
+non-finite loss or grad_norm, which the `nonfinite` monitor warns of at every such step and stops the run on),
 so a run is warned once per problem, not twice under two names. What only the doctor reads (held-out
 accuracy, a failure rate rising over the run, hacking signatures) it warns as it appears.
 """
@@ -31,6 +32,7 @@ LIVE_MONITORED = frozenset(
         "kl_clip_runaway",
         "same_length_groups",
         "reward_failures",
+        "nonfinite_updates",
     }
 )
 

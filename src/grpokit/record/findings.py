@@ -67,8 +67,9 @@ class DoctorConfig:
 
     nonfinite_share: float = 0.1
     """A run whose update keys (health.nonfinite_keys), or another metric the checks read, were NaN or inf at
-    this share of its logged steps (and at 2 or more) went bad, also where fewer than
-    health.max_nonfinite_steps of them came in a row (`nonfinite_steps` is then an error)."""
+    this share of its logged steps (and at least health.max_nonfinite_steps of them) went bad, also where fewer
+    than health.max_nonfinite_steps of them came in a row (`nonfinite_updates` or `nonfinite_metrics` is then an
+    error)."""
 
     mismatch_max: float = 0.05
     """Flag when the mean |log pi_train - log pi_sampler| per token (`mismatch/logp_abs_diff_mean`,

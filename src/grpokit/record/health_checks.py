@@ -92,7 +92,7 @@ def finite(value: object) -> bool:
 
 def nonfinite(metrics: Mapping[str, object], keys: Sequence[str]) -> list[str]:
     """The `keys` present in `metrics` whose value is not finite: one step's reading of the live `nonfinite`
-    monitor (HealthMonitor, on `health.nonfinite_keys`) and of the doctor's `nonfinite_steps` check."""
+    monitor (HealthMonitor, on `health.nonfinite_keys`) and of the doctor's non-finite checks."""
     return [k for k in keys if k in metrics and not finite(metrics[k])]
 
 

@@ -1,14 +1,17 @@
-"""The doctor's check of non-finite values (record/doctor.py): a loss, gradient norm, KL, entropy or reward
+"""The doctor's checks of non-finite values (record/doctor.py): a loss, gradient norm, KL, entropy or reward
 that was NaN or inf at some steps. The other checks read a metric's finite values only
-(run_series.values), so without this one the steps where it was NaN or inf would go unseen.
+(run_series.values), so without these the steps where it was NaN or inf would go unseen.
 
-One rule with the live monitor (HealthMonitor's `nonfinite`, health.py): a step whose
-`health.nonfinite_keys` (loss, grad_norm) are not finite had its update skipped, and
-`health.max_nonfinite_steps` such steps in a row stop a run of grpokit's. The doctor calls such a run an
-error, and so one that lost `DoctorConfig.nonfinite_share` of its logged steps that way, scattered or not;
-fewer are a warning. Each other metric the checks read (run_series.COVERAGE) is judged alone by the same
+Two findings, as two watchers: `nonfinite_updates` is the live monitor's problem (HealthMonitor's
+`nonfinite`, health.py), read by its rule: a step whose `health.nonfinite_keys` (loss, grad_norm) are not
+finite had its update skipped, and `health.max_nonfinite_steps` such steps in a row stop a run of
+grpokit's. The doctor calls such a run an error, and so one that lost `DoctorConfig.nonfinite_share` of its
+logged steps that way (and at least health.max_nonfinite_steps of them), scattered or not; fewer are a
+warning. A run of grpokit's is warned of it by the live monitor, so the live doctor leaves it to that one
+(doctor_live.LIVE_MONITORED); TRL's DoctorCallback has no live monitor and warns of it itself.
+`nonfinite_metrics`: each other metric the checks read (run_series.COVERAGE), judged alone by the same
 rule: a KL, entropy or reward that stays NaN or inf is a run gone bad too (NaN logits, a policy off the
-reference's support, reward functions that score nothing).
+reference's support, reward functions that score nothing). No live monitor watches these.
 """
 
 from __future__ import annotations
@@ -119,37 +122,59 @@ def _panel(key: str) -> str:
     return next((pid for pid, _, pats in GROUPS if any(fnmatch.fnmatchcase(key, p) for p in pats)), "")
 
 
-def check_nonfinite(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    found = nonfinite_found(run, hc)
-    if not found:
-        return None
-    update = found[0] if found[0].keys == tuple(hc.nonfinite_keys) else None
-    severe = [n for n in found if n.severe(hc, dc)]
-    advice = [
-        "those steps' updates were lost (grpokit skips them; another trainer may apply them and turn the weights "
-        "non-finite): "
-        + joined(
-            f"lower optim.lr (now {config_value(run, 'optim.lr')})",
-            clipping(run),
-            precision(run),
-            "check the reward functions for NaN",
-        )
-        if update
-        else "",
-        *(MEANS[n.keys[0]] for n in found if n is not update and n.keys[0] in MEANS),
+def _severe_advice(severe: bool) -> str:
+    return (
         "read the samples of the first such step; once the weights are non-finite no later step recovers: go back "
         "to a checkpoint from before it (see the note on where to resume)"
         if severe
-        else "",
-    ]
-    first = severe[0] if severe else found[0]
-    what = ", ".join(" or ".join(n.keys) for n in found)
+        else ""
+    )
+
+
+def check_nonfinite_updates(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """`nonfinite_updates`: the update keys (health.nonfinite_keys: loss, grad_norm) NaN or inf, what the live
+    `nonfinite` monitor warns about step by step in a run of grpokit's (doctor_live.LIVE_MONITORED)."""
+    update = tuple(hc.nonfinite_keys)
+    n = nonfinite_series(run, update) if update else None
+    if n is None or not n.steps:
+        return None
+    severe = n.severe(hc, dc)
+    fixes = joined(
+        f"lower optim.lr (now {config_value(run, 'optim.lr')})",
+        clipping(run),
+        precision(run),
+        "check the reward functions for NaN",
+    )
+    advice = (
+        "those steps' updates were lost (grpokit skips them; another trainer may apply them and turn the weights "
+        f"non-finite): {fixes}"
+    )
     return Finding(
-        "nonfinite_steps",
-        f"Non-finite {what}" + (": updates lost" if update else "") + (" (the run went bad)" if severe else ""),
+        "nonfinite_updates",
+        f"Non-finite {' or '.join(n.keys)}: updates lost" + (" (the run went bad)" if severe else ""),
+        _evidence([n], hc),
+        "; ".join(a for a in (advice, _severe_advice(severe)) if a),
+        0.9 if severe else 0.65,
+        panel=_panel(n.keys[-1]),
+        steps=(n.steps[0], n.steps[-1]),
+    )
+
+
+def check_nonfinite_metrics(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
+    """`nonfinite_metrics`: another metric the checks read (kl, entropy, reward ...) NaN or inf, each judged alone;
+    no live monitor watches these, so the doctor warns about them in a run of grpokit's too."""
+    found = [n for n in nonfinite_found(run, hc) if n.keys != tuple(hc.nonfinite_keys)]
+    if not found:
+        return None
+    severe = [n for n in found if n.severe(hc, dc)]
+    advice = [*(MEANS[n.keys[0]] for n in found if n.keys[0] in MEANS), _severe_advice(bool(severe))]
+    first = severe[0] if severe else found[0]
+    return Finding(
+        "nonfinite_metrics",
+        f"Non-finite {', '.join(n.keys[0] for n in found)}" + (" (the run went bad)" if severe else ""),
         _evidence(found, hc),
         "; ".join(a for a in advice if a),
-        0.9 if severe else 0.65 if update else 0.5,
+        0.9 if severe else 0.5,
         panel=_panel(first.keys[-1]),
         steps=(min(n.steps[0] for n in found), max(n.steps[-1] for n in found)),
     )

@@ -2,7 +2,7 @@
 
 "early" is the mean of a metric's first ``window`` values, "recent" of its last ``window``, with the
 window shrunk to a third of the run for short runs; trend checks need at least 6 values. Non-finite
-and non-numeric values are skipped here; the doctor's `nonfinite_steps` check (nonfinite_checks.py) names
+and non-numeric values are skipped here; the doctor's non-finite checks (nonfinite_checks.py) name
 the non-finite values of every metric the checks read (COVERAGE, and health.nonfinite_keys).
 """
 

@@ -10,7 +10,7 @@ import statistics
 from grpokit.config.health import HealthConfig
 from grpokit.rewards.calls import COMPLETION_KINDS
 
-from .config_advice import clipping, fewer_iterations, joined, precision, setting
+from .config_advice import clipping, fewer_iterations, joined, precision
 from .findings import DoctorConfig, Finding
 from .health_checks import batch_items, zeroed_share
 from .rank_failures import job_failure
@@ -91,7 +91,7 @@ def _again(run: Run) -> str:
 
 
 def check_grad_spikes(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | None:
-    """Gradient norms far above the run's median; the steps whose norm was NaN or inf are `nonfinite_steps`'
+    """Gradient norms far above the run's median; the steps whose norm was NaN or inf are `nonfinite_updates`'
     (nonfinite_checks.py)."""
     # a step of several updates logs their mean as grad_norm and the largest as grad_norm/max: a spike is the max
     pts = values(run, "grad_norm/max") or values(run, "grad_norm")
@@ -137,7 +137,7 @@ def check_mismatch(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | No
         if config_value(run, "rollout.mismatch_mask", None) is not None
         else ""
     )
-    tis = setting(run, "rollout.tis_cap")
+    tis = config_value(run, "rollout.tis_cap", None)
     tis = (
         f"truncated importance sampling weights the loss already (rollout.tis_cap={tis:g})"
         if isinstance(tis, (int, float)) and tis > 0
@@ -355,7 +355,7 @@ def check_throughput(run: Run, hc: HealthConfig, dc: DoctorConfig) -> Finding | 
 
 def _throughput_advice(run: Run, rewards_slow: bool, padded: bool) -> str:
     """Worker processes and token-packed micro-batches, each advised only where the run is without them."""
-    workers, packed = setting(run, "reward.num_workers"), setting(run, "train.micro_batch_tokens")
+    workers, packed = config_value(run, "reward.num_workers", None), config_value(run, "train.micro_batch_tokens", None)
     advice = []
     if rewards_slow:
         advice.append(
