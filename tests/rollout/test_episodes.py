@@ -288,7 +288,8 @@ def test_mixed_batches_keep_their_masks():
 
     a = Rollout([[5]], [[7, 8, 9]], [[-1.0] * 3], ["eos"], 1)
     b = Rollout([[6]], [[7, 8, 9]], [[-1.0, 0.0, -1.0]], ["eos"], 1, [Episode([1, 0, 1], [0, 0, 1])])
-    both = gather_rows([[5], [6]], [(a, 0), (b, 0)], 1)
+    both = gather_rows([(a, 0), (b, 0)], 1)
+    assert both.prompt_ids == [[5], [6]] and both.row_prompt_ids is None
     assert both.model_mask(0) == [1, 1, 1] and both.model_mask(1) == [1, 0, 1]
     assert make_token_batch(both, 0).completion_mask.tolist() == [[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]]
 

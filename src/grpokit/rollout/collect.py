@@ -32,7 +32,7 @@ def select(batch: ScoredBatch, groups: list[int], members: list[list[int]] | Non
     members = members or [list(range(G)) for _ in groups]
     rows = [p * G + g for p, mem in zip(groups, members) for g in mem]
     new_G = len(members[0]) if members else G
-    rollout = batch.rollout.rows(groups, rows, new_G)  # every per-row field, episodes included
+    rollout = batch.rollout.rows(rows, new_G)  # every per-row field, episodes included
     idx = torch.tensor(rows, dtype=torch.long)
     return ScoredBatch(
         [batch.prompts[p] for p in groups],
@@ -49,11 +49,7 @@ def select(batch: ScoredBatch, groups: list[int], members: list[list[int]] | Non
 
 def concat(batches: list[ScoredBatch]) -> ScoredBatch:
     first = batches[0]
-    rollout = gather_rows(
-        [p for b in batches for p in b.rollout.prompt_ids],
-        [(b.rollout, i) for b in batches for i in range(b.rollout.num_sequences)],
-        first.group_size,
-    )
+    rollout = gather_rows([(b.rollout, i) for b in batches for i in range(b.rollout.num_sequences)], first.group_size)
     return ScoredBatch(
         [p for b in batches for p in b.prompts],
         rollout,
@@ -283,7 +279,7 @@ def _adaptive_extra(
             totals.append(b.total_N[i])
             texts.append(b.texts[i])
             sources.append((b.rollout, i))
-    ro = gather_rows(batch.rollout.prompt_ids, sources, sample_group_size)
+    ro = gather_rows(sources, sample_group_size)
     metrics = {**batch.metrics, "gfpo/hard_prompts": float(len(hard))}
     out = ScoredBatch(batch.prompts, ro, texts, torch.stack(rewards), torch.stack(totals), batch.names, metrics)
     out.failed_NF = torch.stack(failed)
