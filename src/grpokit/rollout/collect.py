@@ -137,7 +137,7 @@ def collect(
     many = dist is not None and dist.active
     K = dist.world_size if many else 1
     gfpo = (sample_group_size, gfpo_criterion, gfpo_adaptive, adaptive_threshold)
-    rounds_kept, last, sampled = _rounds(sample, P, G, (dynamic_sampling, judged), max_rounds, gfpo, dist, K)
+    rounds_kept, last, sampled = _rounds(sample, P, G, dynamic_sampling, judged, max_rounds, gfpo, dist, K)
     if many and dynamic_sampling:
         out = _share_rounds(rounds_kept, last, P, G, dist)
     else:
@@ -170,14 +170,15 @@ def collect(
     return out
 
 
-def _rounds(sample, P: int, G: int, ds: tuple, max_rounds: int, gfpo: tuple, dist, K: int):
+def _rounds(
+    sample, P: int, G: int, dynamic_sampling: bool, judged: list[int] | None, max_rounds: int, gfpo: tuple, dist, K: int
+):
     """The sampling rounds of one step on this rank: every round's batch as it trains (with dynamic
-    sampling, ``ds = (on, judged columns)``, its informative groups only), the last round's batch as drawn,
+    sampling, its informative groups only, judged by the ``judged`` columns), the last round's batch as drawn,
     and how many prompts were sampled. A round is sampled only while the global count of informative
     groups is below P * K (K ranks; ``dist`` is read only when K > 1) and fewer than ``max_rounds`` rounds
     ran (one round without dynamic sampling)."""
     sample_group_size, criterion, adaptive, threshold = gfpo
-    dynamic_sampling, judged = ds
     many = K > 1
     rounds_kept: list[ScoredBatch] = []
     n_kept, sampled = 0, 0
