@@ -105,9 +105,9 @@ class Rollout:
         """Tokens the model sampled, per row (environment tokens not counted)."""
         return [sum(self.model_mask(i)) for i in range(self.num_sequences)]
 
-    def rows(self, prompts: list[int], rows: list[int], group_size: int) -> "Rollout":
-        """Prompts ``prompts`` with completions ``rows`` (grouped, ``group_size`` per prompt)."""
-        return gather_rows([self.prompt_ids[p] for p in prompts], [(self, i) for i in rows], group_size)
+    def rows(self, rows: list[int], group_size: int) -> "Rollout":
+        """Completions ``rows`` regrouped, ``group_size`` per group (each group's prompt: its first row's)."""
+        return gather_rows([(self, i) for i in rows], group_size)
 
 
 def grouped_prompts(prompts_N: list[list[int]], group_size: int) -> tuple[list[list[int]], list[list[int]] | None]:
@@ -117,17 +117,19 @@ def grouped_prompts(prompts_N: list[list[int]], group_size: int) -> tuple[list[l
     return [list(p) for p in prompts_N[::group_size]], [list(p) for p in prompts_N] if apart else None
 
 
-def gather_rows(prompt_ids: list[list[int]], sources: list[tuple["Rollout", int]], group_size: int) -> Rollout:
+def gather_rows(sources: list[tuple["Rollout", int]], group_size: int) -> Rollout:
     """A Rollout whose completion k is row ``sources[k][1]`` of rollout ``sources[k][0]`` (every
-    per-row field travels together, the episode records included)."""
+    per-row field travels together, the episode records included). Its prompts come from the rows too
+    (``grouped_prompts``): each group's is its first row's, and ``row_prompt_ids`` is kept only while the rows
+    of some new group still differ."""
     eps = [ro.episodes[i] if ro.episodes is not None else None for ro, i in sources]
     if any(e is not None for e in eps):  # a mixed batch: plain rows become one-turn episodes
         eps = [e if e is not None else Episode.single(len(ro.completion_ids[i])) for e, (ro, i) in zip(eps, sources)]
     vision = [ro.vision[i] for ro, i in sources] if sources and sources[0][0].vision is not None else None
     versions = [ro.sampling_versions[i] if ro.sampling_versions is not None else None for ro, i in sources]
-    own = any(ro.row_prompt_ids is not None for ro, _ in sources)  # rows of a group that started apart stay apart
+    prompt_ids, own = grouped_prompts([ro.prompt_of(i) for ro, i in sources], group_size)
     return Rollout(
-        [list(p) for p in prompt_ids],
+        prompt_ids,
         [ro.completion_ids[i] for ro, i in sources],
         [ro.sampling_logprobs[i] for ro, i in sources],
         [ro.finish_reasons[i] for ro, i in sources],
@@ -135,7 +137,7 @@ def gather_rows(prompt_ids: list[list[int]], sources: list[tuple["Rollout", int]
         eps if any(e is not None for e in eps) else None,
         vision,
         versions if any(v is not None for v in versions) else None,  # a refill's rows: None, the step's own policy
-        [list(ro.prompt_of(i)) for ro, i in sources] if own else None,
+        own,
     )
 
 

@@ -235,7 +235,8 @@ def test_gspo_forms_agree_without_a_per_token_factor(level):
         # GSPO-token (sequence): r_t = sg(s) pi_t / sg(pi_t): d/dlogp_0 = -1/2, d/dlogp_1 = 0 (masked: no gradient).
         # sequence_whole: loss = -1/2 (1 + 0) s, ds/dlogp_t = s / 2 = 1/2: d/dlogp_t = -1/4 on both tokens.
         ("policy_mask", [-0.5, 0.0], [-0.25, -0.25]),
-        # TIS token weights [2, 0] on the advantages instead: loss = -1/2 (2 r_0 + 0 r_1).
+        # TIS token weights [2, 0] as the pipeline applies them, a factor of the policy term (policy_weight_NT):
+        # loss = -1/2 (2 r_0 + 0 r_1).
         # GSPO-token: d/dlogp_0 = -1/2 * 2 = -1, d/dlogp_1 = 0; sequence_whole: -1/2 * 2 * s/2 = -1/2 on both.
         ("tis", [-1.0, 0.0], [-0.5, -0.5]),
     ],
@@ -243,12 +244,9 @@ def test_gspo_forms_agree_without_a_per_token_factor(level):
 def test_gspo_forms_part_under_a_per_token_factor(factor, token_form, whole_form):
     for level, expected in (("sequence", token_form), ("sequence_whole", whole_form)):
         logp = torch.zeros(1, 2, requires_grad=True)
-        adv, kw = torch.tensor([1.0]), {}
-        if factor == "policy_mask":
-            kw["policy_mask_NT"] = torch.tensor([[1.0, 0.0]])
-        else:
-            adv = adv[:, None] * torch.tensor([[2.0, 0.0]])  # the pipeline's TIS weights on the advantages
-        loss, _ = policy_loss(logp, torch.zeros(1, 2), adv, torch.ones(1, 2), ratio_level=level, **kw)
+        weights = torch.tensor([[1.0, 0.0]] if factor == "policy_mask" else [[2.0, 0.0]])
+        kw = {"policy_mask_NT" if factor == "policy_mask" else "policy_weight_NT": weights}
+        loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), ratio_level=level, **kw)
         loss.backward()
         assert loss.item() == pytest.approx(-0.5 if factor == "policy_mask" else -1.0), level  # the same value
         assert logp.grad.tolist()[0] == pytest.approx(expected), level

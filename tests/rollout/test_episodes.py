@@ -209,6 +209,35 @@ def test_random_reset_starts_each_episode_from_its_own_observation():
     assert [e.model_mask for e in ro.episodes] == [[1] * len(ids("<answer>0</answer>")) + [1]] * 2  # the model's only
 
 
+def test_groups_whose_resets_agree_keep_their_shared_prompt_beside_random_ones():
+    """Turn 0 is decided group by group: prompt "4=" resets to " 7" in both episodes (one prompt, G = 2 from it),
+    prompt "5=" (shuffle) to a random observation each (two rows of G = 1). Before, one random group sent every
+    group's rows to G = 1: one decode of 4 rows, "4= 7" twice with no shared cache."""
+
+    class Mixed(Counter):
+        n = 0
+
+        def reset(self, prompt, answer, shuffle=False, **kwargs):
+            self.target, self.count, self.done = int(answer), 0, False
+            if not shuffle:
+                return " 7"
+            Mixed.n += 1
+            return f" 1{Mixed.n}"
+
+    sampler = ScriptedSampler(lambda ctx, g: f"<answer>{g}</answer><eos>")  # g: the row of a G > 1 decode
+    runner = EpisodeRunner(EpisodeSpec(max_turns=2, tool_format="tags"), TOK, environment_factory=Mixed)
+    with pytest.warns(UserWarning, match="different observations"):
+        ro = runner.run(
+            sampler, [prompt("4=", answer="4"), prompt("5=", answer="5", shuffle=True)], 2, SamplingParams()
+        )
+    # the agreeing group first (1 prompt x G = 2), then the random group's 2 rows one each
+    assert [c[:2] for c in sampler.calls] == [(1, 2), (2, 1)]
+    answers = [ids(f"<answer>{g}</answer>") + [TOK.eos_token_id] for g in (0, 1, None, None)]
+    assert ro.completion_ids == answers  # rows back in order: group 0's rows 0 and 1, then group 1's
+    assert ro.prompt_of(0) == ro.prompt_of(1) == ids("4= 7")
+    assert sorted(TOK.decode(ro.prompt_of(i)) for i in (2, 3)) == ["5= 11", "5= 12"]
+
+
 # ---------------------------------------------------------------- stage 5 sees only the mask
 
 
@@ -288,7 +317,8 @@ def test_mixed_batches_keep_their_masks():
 
     a = Rollout([[5]], [[7, 8, 9]], [[-1.0] * 3], ["eos"], 1)
     b = Rollout([[6]], [[7, 8, 9]], [[-1.0, 0.0, -1.0]], ["eos"], 1, [Episode([1, 0, 1], [0, 0, 1])])
-    both = gather_rows([[5], [6]], [(a, 0), (b, 0)], 1)
+    both = gather_rows([(a, 0), (b, 0)], 1)
+    assert both.prompt_ids == [[5], [6]] and both.row_prompt_ids is None
     assert both.model_mask(0) == [1, 1, 1] and both.model_mask(1) == [1, 0, 1]
     assert make_token_batch(both, 0).completion_mask.tolist() == [[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]]
 

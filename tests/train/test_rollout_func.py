@@ -80,12 +80,30 @@ def test_rows_kept_by_a_filter_keep_their_own_prompts_and_token_counts():
     from grpokit.types import gather_rows
 
     ro, _ = call_rollout_func(per_row([[5, 6], [5, 6, 7], [7], [7, 1]]), None, PROMPTS, 2, ENDS)
-    kept = ro.rows([0, 1], [1, 3], 1)  # GFPO / DAPO keep row 1 of group 0 and row 3 of group 1
-    assert kept.row_prompt_ids == [[5, 6, 7], [7, 1]] and kept.prompt_of(1) == [7, 1]
-    both = gather_rows(ro.prompt_ids + kept.prompt_ids, [(ro, 0), (ro, 1), (kept, 0), (kept, 1)], 2)
+    kept = ro.rows([1, 3], 1)  # GFPO / DAPO keep row 1 of group 0 and row 3 of group 1
+    # one row a group: each group's prompt is that row's own, nothing apart left to keep
+    assert kept.prompt_ids == [[5, 6, 7], [7, 1]] and kept.row_prompt_ids is None and kept.prompt_of(1) == [7, 1]
+    both = gather_rows([(ro, 0), (ro, 1), (kept, 0), (kept, 1)], 2)
+    assert both.prompt_ids == [[5, 6], [5, 6, 7]]  # each group's first row's
     assert both.row_prompt_ids == [[5, 6], [5, 6, 7], [5, 6, 7], [7, 1]]
     # TRL's num_tokens: each row's own prompt (2 + 3 + 1 + 2 = 8) and completion (4 x 2 = 8) tokens
     assert sampled_tokens(ro, [2] * 4)[0] == 16.0
+
+
+def test_regrouped_rows_take_their_prompts_from_the_rows():
+    # groups [[5, 6], [5, 6, 7]] and [[7], [7]]; before, gather_rows kept the caller's group prompts while it
+    # copied every row's: rows 1 and 3 as two groups of 1 read prompt_ids [[5, 6], [7]] (group 0's prompt, not
+    # row 1's own [5, 6, 7]) beside row_prompt_ids [[5, 6, 7], [7]]
+    ro, _ = call_rollout_func(per_row([[5, 6], [5, 6, 7], [7], [7]]), None, PROMPTS, 2, ENDS)
+    assert ro.row_prompt_ids == [[5, 6], [5, 6, 7], [7], [7]]
+    one_each = ro.rows([1, 3], 1)
+    assert one_each.prompt_ids == [[5, 6, 7], [7]] and one_each.row_prompt_ids is None
+    # rows 2 and 3 (group 1, whose rows agree on [7]) as one group: no per-row prompts left (before: [[7], [7]])
+    agreeing = ro.rows([2, 3], 2)
+    assert agreeing.prompt_ids == [[7]] and agreeing.row_prompt_ids is None
+    # rows 0 and 1 stay apart: the group's prompt is its first row's, every row keeps its own
+    apart = ro.rows([0, 1], 2)
+    assert apart.prompt_ids == [[5, 6]] and apart.row_prompt_ids == [[5, 6], [5, 6, 7]]
 
 
 def test_prompt_ids_neither_per_prompt_nor_per_completion_get_one_sentence():

@@ -157,3 +157,33 @@ def test_a_domain_s_window_and_its_held_out_grader_follow_the_stage(tiny_model_d
     # the own domain has no task: its held-out grader is its first function, now with the stage's window too
     assert window(tr.domain_eval["own"].specs[0].fn) == (20, 4)
     assert tr.domain_eval["add"].specs[0].name == "accuracy"  # the arithmetic task's verifier, kept
+
+
+def half(completions, **kwargs):
+    return [0.5] * len(completions)
+
+
+def test_functions_a_stage_changes_run_where_they_can_beside_reward_workers(monkeypatch):
+    """A stage's new reward function goes through RewardRunner.set_function: a lambda (it cannot be pickled)
+    runs in the trainer process, not in the worker pool. Before, the stage wrote runner.specs directly and the
+    pool was sent the lambda, which failed every call (the failure value 0, not 3)."""
+    from grpokit.rewards import RewardRunner, RewardSpec
+    from grpokit.train import domain_setup
+    from grpokit.train.trainer_stages import TrainerStages
+
+    def three(completions, **kwargs):
+        return [3.0] * len(completions)
+
+    monkeypatch.setattr(domain_setup, "follow_settings", lambda cfg, specs: [s.__class__(three, s.name) for s in specs])
+    trainer = TrainerStages()
+    trainer.cfg = None
+    trainer.runner = RewardRunner([RewardSpec(half, "h")], num_workers=1, max_failure_fraction=1.0)
+    trainer.domain_graders = {"d": "h"}  # a domain's held-out grader is the training column "h"'s function
+    trainer.domain_eval = {"d": RewardRunner([RewardSpec(half, "d")], num_workers=1, max_failure_fraction=1.0)}
+    batch = dict(prompts=["p", "p"], completions=["a", "b"], completion_ids=[[1], [1]], group_size=2)
+    with trainer.runner, trainer.domain_eval["d"]:
+        assert trainer.runner.score(**batch).total_N.tolist() == [0.5, 0.5]  # half in the worker
+        trainer._follow_rewards([2.0])  # the stage: weight 2, function three
+        assert trainer.runner.score(**batch).total_N.tolist() == [6.0, 6.0]  # 2 * 3.0, in this process
+        assert trainer.domain_eval["d"].score(**batch).total_N.tolist() == [3.0, 3.0]  # the grader follows it
+    assert trainer.runner.specs[0].name == "h" and trainer.runner_weights == [2.0]

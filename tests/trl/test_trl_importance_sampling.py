@@ -2,10 +2,10 @@
 
 ``bench/trl_oracle.trl_is_ratio`` runs the two blocks of TRL's sampling method that compute the
 ratio and its ``sampling/*`` metrics on fixed tensors; ``trl_loss`` multiplies that ratio into TRL's
-per-token loss. grpokit computes ``tis.tis_weights`` and applies them to the advantages, as its
-pipeline does. Both must agree on the weights, the logged metrics, the loss and its gradient, in all
-four modes, with and without bounds. vLLM is not installed: the math and the mapping are tested,
-not a vLLM run.
+per-token loss. grpokit computes ``tis.tis_weights`` and applies them as its pipeline does: a factor of
+each token's policy term (``policy_weight_NT``; VESPO: its sampler log-weight), the advantages left as
+given. Both must agree on the weights, the logged metrics, the loss and its gradient, in all four modes,
+with and without bounds. vLLM is not installed: the math and the mapping are tested, not a vLLM run.
 """
 
 import math

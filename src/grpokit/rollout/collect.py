@@ -32,7 +32,7 @@ def select(batch: ScoredBatch, groups: list[int], members: list[list[int]] | Non
     members = members or [list(range(G)) for _ in groups]
     rows = [p * G + g for p, mem in zip(groups, members) for g in mem]
     new_G = len(members[0]) if members else G
-    rollout = batch.rollout.rows(groups, rows, new_G)  # every per-row field, episodes included
+    rollout = batch.rollout.rows(rows, new_G)  # every per-row field, episodes included
     idx = torch.tensor(rows, dtype=torch.long)
     return ScoredBatch(
         [batch.prompts[p] for p in groups],
@@ -49,11 +49,7 @@ def select(batch: ScoredBatch, groups: list[int], members: list[list[int]] | Non
 
 def concat(batches: list[ScoredBatch]) -> ScoredBatch:
     first = batches[0]
-    rollout = gather_rows(
-        [p for b in batches for p in b.rollout.prompt_ids],
-        [(b.rollout, i) for b in batches for i in range(b.rollout.num_sequences)],
-        first.group_size,
-    )
+    rollout = gather_rows([(b.rollout, i) for b in batches for i in range(b.rollout.num_sequences)], first.group_size)
     return ScoredBatch(
         [p for b in batches for p in b.prompts],
         rollout,
@@ -141,7 +137,7 @@ def collect(
     many = dist is not None and dist.active
     K = dist.world_size if many else 1
     gfpo = (sample_group_size, gfpo_criterion, gfpo_adaptive, adaptive_threshold)
-    rounds_kept, last, sampled = _rounds(sample, P, G, (dynamic_sampling, judged), max_rounds, gfpo, dist, K)
+    rounds_kept, last, sampled = _rounds(sample, P, G, dynamic_sampling, judged, max_rounds, gfpo, dist, K)
     if many and dynamic_sampling:
         out = _share_rounds(rounds_kept, last, P, G, dist)
     else:
@@ -174,14 +170,15 @@ def collect(
     return out
 
 
-def _rounds(sample, P: int, G: int, ds: tuple, max_rounds: int, gfpo: tuple, dist, K: int):
+def _rounds(
+    sample, P: int, G: int, dynamic_sampling: bool, judged: list[int] | None, max_rounds: int, gfpo: tuple, dist, K: int
+):
     """The sampling rounds of one step on this rank: every round's batch as it trains (with dynamic
-    sampling, ``ds = (on, judged columns)``, its informative groups only), the last round's batch as drawn,
+    sampling, its informative groups only, judged by the ``judged`` columns), the last round's batch as drawn,
     and how many prompts were sampled. A round is sampled only while the global count of informative
     groups is below P * K (K ranks; ``dist`` is read only when K > 1) and fewer than ``max_rounds`` rounds
     ran (one round without dynamic sampling)."""
     sample_group_size, criterion, adaptive, threshold = gfpo
-    dynamic_sampling, judged = ds
     many = K > 1
     rounds_kept: list[ScoredBatch] = []
     n_kept, sampled = 0, 0
@@ -283,7 +280,7 @@ def _adaptive_extra(
             totals.append(b.total_N[i])
             texts.append(b.texts[i])
             sources.append((b.rollout, i))
-    ro = gather_rows(batch.rollout.prompt_ids, sources, sample_group_size)
+    ro = gather_rows(sources, sample_group_size)
     metrics = {**batch.metrics, "gfpo/hard_prompts": float(len(hard))}
     out = ScoredBatch(batch.prompts, ro, texts, torch.stack(rewards), torch.stack(totals), batch.names, metrics)
     out.failed_NF = torch.stack(failed)

@@ -78,7 +78,7 @@ from grpokit.env.tools import (
     tool_schema,
 )
 from grpokit.env.workers import run_all
-from grpokit.types import Prompt, Rollout, grouped_prompts
+from grpokit.types import Prompt, Rollout, gather_rows
 
 from .episode_rows import Row, env_done, episodes_rollout, state_key
 from .episode_starts import EpisodeStarts, Factory, probe_environment
@@ -223,8 +223,8 @@ class EpisodeRunner:
     ) -> list[int]:
         """Turn ``turn`` of the ``active`` rows: one batched decode, their tool calls side by side, the
         environments' replies; returns the rows still running. ``contexts[i]``: the prompt row i started from."""
-        if turn == 0 and grouped_prompts(contexts, G)[1] is None:  # each prompt's G rows share it: one cache
-            ro = sample(contexts[::G], G, params)
+        if turn == 0:
+            ro = _first_turn(sample, contexts, G, params)
         else:
             ro = sample([contexts[i] + rows[i].ids for i in active], 1, params)
         calls = {
@@ -378,6 +378,24 @@ class EpisodeRunner:
         if not self.named or env is None:
             return self.schemas or None
         return self._schemas(self.tools + environment_tools(env)) or None
+
+
+def _first_turn(sample: Sampler, contexts: list[list[int]], G: int, params: SamplingParams) -> Rollout:
+    """Turn 0 of every row (in row order): the groups whose G rows start from one context (their resets agree)
+    as G completions of that prompt, one cache; the others (a random reset) row by row. One decode when every
+    group is of one kind, else two, the shared groups' first (a seeded run draws them in a fixed order)."""
+    starts = range(0, len(contexts), G)
+    shared = [p for p in starts if all(contexts[i] == contexts[p] for i in range(p + 1, p + G))]
+    if len(shared) == len(starts):
+        return sample(contexts[::G], G, params)
+    if not shared:
+        return sample(contexts, 1, params)
+    own = sorted(set(range(len(contexts))) - {p + g for p in shared for g in range(G)})
+    together = sample([contexts[p] for p in shared], G, params)
+    alone = sample([contexts[i] for i in own], 1, params)
+    where = {p + g: (together, k * G + g) for k, p in enumerate(shared) for g in range(G)}
+    where.update({i: (alone, k) for k, i in enumerate(own)})
+    return gather_rows([where[i] for i in range(len(contexts))], 1)
 
 
 def _one_turn(sample: Sampler, prompts: list[Prompt], G: int, params: SamplingParams) -> Rollout:

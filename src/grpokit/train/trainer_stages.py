@@ -81,13 +81,17 @@ class TrainerStages:
         changes follows it: overlong_penalty's window, domain_setup.follow_settings), with the stage's
         ``weights``; a domain's held-out grader is its training column's function (domain_setup.domain_graders)."""
         specs = domain_setup.follow_settings(self.cfg, self.runner.specs)
-        self.runner.specs = [replace(s, weight=w) for s, w in zip(specs, weights)]
+        for f, (old, new) in enumerate(zip(self.runner.specs, specs)):
+            if new.fn is not old.fn:  # set_function: where the new one runs (a worker, or here if unpicklable)
+                self.runner.set_function(f, new.fn)
+        self.runner.specs = [replace(s, weight=w) for s, w in zip(self.runner.specs, weights)]
         self.runner_weights = weights
         by_name = {s.name: s.fn for s in self.runner.specs}
         for domain, column in self.domain_graders.items():  # without domains the evaluator reads the runner
-            runner = self.domain_eval[domain]
-            fn = by_name[column]
-            runner.specs = [replace(runner.specs[0], fn=fn.fn if isinstance(fn, DomainReward) else fn)]
+            fn, grader = by_name[column], self.domain_eval[domain]
+            fn = fn.fn if isinstance(fn, DomainReward) else fn
+            if fn is not grader.specs[0].fn:
+                grader.set_function(0, fn)
 
     def _set_lr(self, scale: float) -> None:
         """The schedule's base rates become the run's times ``scale``; the rate in force moves with them
