@@ -199,7 +199,6 @@ class Unread(NamedTuple):
     """What would make them read."""
 
 
-CLIP_RANGE = "use algo.objective=clip for a clip range"
 UNREAD_UNLESS: tuple[Unread, ...] = (
     Unread(
         ("entropy_target", "entropy_coef_delta", "entropy_coef_min", "entropy_coef_max"),
@@ -238,23 +237,13 @@ UNREAD_UNLESS: tuple[Unread, ...] = (
         "unless algo.aggregation=seq-mean-token-sum-norm (Dr. GRPO's constant)",
         lambda a: a.aggregation == "seq-mean-token-sum-norm",
     ),
-    Unread(
-        ("clip_low", "clip_high"),
-        "with algo.objective=sapo (its soft gate clips nothing)",
-        lambda a: a.objective != "sapo",
-        CLIP_RANGE,
-    ),
-    Unread(
-        ("clip_low",),
-        "with algo.objective=cispo (it caps the weight at 1 + clip_high only)",
-        lambda a: a.objective != "cispo",
-        CLIP_RANGE,
-    ),
 )
-"""Settings read only by one feature (or not read by one objective): ``Unread(fields, why, on, fix)`` over an
-``AlgoConfig``. Validation refuses such a field changed from its default while its feature is off
-(validation/algo.py); a preset fills it only where its feature is on in the run it is applied to (config/presets:
-``--preset dapo algo.objective=sapo`` leaves DAPO's clip range out rather than the run being refused for it), and
-the TRL layer sets it only where TRL reads it (trl/args/loss.py), so neither a preset nor a TRL script meets these
-sentences. The estimators' and objectives' own parameters are found from their declarations instead
-(validation/algo.py ``stage_owners``)."""
+"""Settings read only by one feature: ``Unread(fields, why, on, fix)`` over an ``AlgoConfig``. Validation refuses
+such a field changed from its default while its feature is off (validation/algo.py); a preset fills it only where
+its feature is on in the run it is applied to (config/presets), and the TRL layer sets it only where TRL reads it
+(trl/args/loss.py), so neither a preset nor a TRL script meets these sentences. What the registered stages read is
+found from their declarations instead, above this package: the clip range an objective does not read
+(``ObjectiveSpec.reads_clip``: none for SAPO and VESPO, clip_low for CISPO; validation/algo.py ``objective_rules``,
+joined to these rules by ``unread_rules``, which the command line hands presets so that ``--preset dapo
+algo.objective=sapo`` leaves DAPO's clip range out), and the estimators' and objectives' own parameters
+(``stage_owners``)."""
