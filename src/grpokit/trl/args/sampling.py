@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from grpokit.algo.tis import TIS_MODES
 from grpokit.config.sections import ConfigError
-from grpokit.validation.rollout import GENERATE_OWN_KEYS
+from grpokit.validation.rollout import GENERATE_OWN_KEYS, unknown_generation_key
 
 from .predicates import Gate, above, at_least, is_number, within
 from .rule import Rule, TrlArgs, refuse
@@ -45,6 +45,8 @@ def _generation(a: TrlArgs, ctx: dict) -> dict[str, Any]:
                 + ", ".join(GENERATE_OWN_KEYS[7:])
                 + " (TRL and grpokit set them from the tokenizer and one completion per row)",
             )
+        elif (problem := unknown_generation_key(key)) is not None:  # TRL's GenerationConfig would keep it unread
+            raise ConfigError(f"GRPOConfig argument generation_kwargs {problem}")
         else:
             extra[key] = value
     cache = extra.pop("cache_implementation", a.cache_implementation)  # TRL: generation_kwargs override its own
@@ -168,7 +170,9 @@ GENERATION = Rule(
     "to transformers' generate() as TRL does (no sampling logprobs then; not with use_vllm); cache_implementation "
     "static or dynamic picks grpokit's decode loop of that cache, another (offloaded ...) "
     "engine=generate with it, as "
-    "TRL's generation config (ignored with use_vllm, as TRL); with tools the whole episode (tool "
+    "TRL's generation config (ignored with use_vllm, as TRL); a key that is no setting of transformers' "
+    "GenerationConfig (a typo: TRL's GenerationConfig keeps it unread) is refused, naming the closest; with tools "
+    "the whole episode (tool "
     "results included) is capped at max_completion_length, as TRL",
     _generation,
 )
