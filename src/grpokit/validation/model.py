@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grpokit.config.data_sources import READERS, rows_in_use, unread_fields
 from grpokit.config.sections import Config, DataConfig, ModelConfig
 from grpokit.nn.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.nn.models import ATTN_IMPLEMENTATIONS
@@ -113,6 +114,7 @@ def check_record_data(cfg: Config) -> None:
     if d.curriculum == "off":  # train/domain_setup.make_sampler reads them for the frontier sampler only
         names = ("curriculum_key", "curriculum_threshold", "curriculum_decay", "curriculum_floor")
         unread("data", d, DataConfig(), names, "with data.curriculum=off", "set data.curriculum=frontier")
+    check_data_sources(d)
     if d.dataset and _looks_like_path(d.dataset):
         check(
             Path(d.dataset).exists(),
@@ -124,6 +126,17 @@ def check_record_data(cfg: Config) -> None:
             Path(m.name_or_path).is_dir(),
             f"model.name_or_path={m.name_or_path!r} does not exist; give a model folder, a hub id, or demo",
         )
+
+
+def check_data_sources(d: DataConfig) -> None:
+    """A data.* field that only a source the run does not use reads (config/data_sources.py ``SOURCE_FIELDS``:
+    data.split with the built-in task, data.task_params beside data.dataset ...), set away from its default, is
+    refused: the run would train on the same rows and exit 0."""
+    for name, readers in unread_fields(d).items():
+        named = " or ".join(READERS[r] for r in readers)
+        eval_note = " and no data.eval_dataset" if "eval_dataset" in readers else ""
+        why = f"with {rows_in_use(d)}{eval_note} (only {named} reads it)"
+        unread("data", d, DataConfig(), [name], why, "use that")
 
 
 def _looks_like_path(s: str) -> bool:

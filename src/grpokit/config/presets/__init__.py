@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from grpokit.config.algo import UNREAD_UNLESS, Unread
+from grpokit.config.data_sources import unread_fields
 from grpokit.config.io import assigned, set_field, strict_yaml
 from grpokit.config.sections import Config, ConfigError, beside_domains
 
@@ -121,13 +122,17 @@ def unread(fields: dict[str, Any], cfg: Config, rules: Sequence[Unread] = UNREAD
     other, so ``--preset trl-default`` keeps TRL's KL settings for a run given algo.beta > 0 and adds none to one
     without a KL term (a value the user gives such a field is still refused by validation). Likewise a run with
     data.domains gets no data.task, data.task_params ... (smollm2-math's): its domains have their own
-    (config/sections.py BESIDE_DOMAINS "own")."""
+    (config/sections.py BESIDE_DOMAINS "own"); a run on data.dataset gets none of a task's (nor the data.task its
+    rows replace), a run on a task no data.split (config/data_sources.py)."""
     trial = copy.deepcopy(cfg)
     for key, value in fields.items():
         set_field(trial, key, value)
     off = {f"algo.{name}" for rule in rules if not rule.on(trial.algo) for name in rule.fields}
     if trial.data.domains:  # each domain has its own task, task_params ...: the run's would be refused beside them
         off |= {f"data.{name}" for name in beside_domains("own")}
+    off |= {f"data.{name}" for name in unread_fields(trial.data)}  # a source the run does not use (data_sources.py)
+    if trial.data.dataset:  # one's own data replaces the task (train/run_data.py refuses one chosen beside it)
+        off.add("data.task")
     return [key for key in fields if key in off]
 
 
@@ -142,10 +147,12 @@ def resumed(
     run's recipe in the middle (or half of it, as the fields the run's config.yaml holds). The fields the line
     gives take the values a start would give them (the user's reward functions beside the preset's)."""
     given = assigned(fresh)
-    started = apply(name, fresh, paper_scale=paper_scale, rules=rules)
     recipe, paper = split(load(name))
+    values = {**recipe, **(paper if paper_scale or own_scale(name) else {})}
+    skipped = set(unread({k: v for k, v in values.items() if k not in given}, fresh, rules))  # apply fills none
+    started = apply(name, fresh, paper_scale=paper_scale, rules=rules)
     replaced = {f"data.{n}" for n in beside_domains("own")} if run.data.domains else set()  # apply fills none
-    keys = [k for k in {**recipe, **(paper if paper_scale or own_scale(name) else {})} if k not in given | replaced]
+    keys = [k for k in values if k not in given | replaced | skipped]
     keys += ["reward.weights"] * ("reward.functions" in keys and "reward.weights" not in keys)
     differ = [k for k in keys if _value(run, k) != _value(started, k)]
     if differ:
