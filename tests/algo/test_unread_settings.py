@@ -110,6 +110,13 @@ CASES = [  # (the setting, the feature that reads it, the sentence)
         "algo.entropy_aggregation='token-mean' has no effect unless algo.entropy_coef != 0 or "
         "algo.entropy_adaptive=true (an entropy bonus); set that, or leave it 'loss'",
     ),
+    # before: with distill_coef=0 the teacher serves algo.beta's KL only, and k3 trained the weights k1 did
+    (
+        "algo.distill_estimator=k3",
+        ["algo.distill_teacher=demo", "algo.distill_coef=0.5"],
+        "algo.distill_estimator='k3' has no effect unless algo.distill_coef > 0 with algo.distill_top_k=0 (the "
+        "per-token reverse-KL reward it estimates); set that, or leave it 'k1'",
+    ),
 ]
 
 
@@ -327,3 +334,48 @@ def test_a_clip_range_the_user_gives_sapo_under_a_preset_is_still_refused():
         "algo.clip_high=0.28 has no effect with algo.objective=sapo (it reads no clip range); use "
         "algo.objective=clip for a clip range, or leave it 0.2"
     )
+
+
+@pytest.mark.parametrize(
+    "setting, shown",
+    [("algo.adv_eps=0.5", "algo.adv_eps=0.5"), ("algo.std=population", "algo.std='population'")],
+)
+def test_the_std_settings_are_refused_where_no_std_divides(setting, shown):
+    """algo.scale=none (Dr. GRPO, RLOO) only centres the rewards: A = r - mean, so neither the std's kind nor the eps
+    added to it is read (before: the repro's adv_eps=0.5 std=population trained identical weights). Under
+    dr-grpo, a preset whose scale is none, a value the user gives is refused too; the preset's own defaults are not."""
+    from grpokit.config import presets
+
+    sentence = (
+        f"{shown} has no effect with algo.scale=none (the rewards are only centred, divided by no std); set "
+        "algo.scale=group, batch, token_whiten or batch_whiten, or leave it "
+    )
+    for base in (
+        apply_overrides(Config(), ["algo.scale=none", setting]),
+        presets.apply("dr-grpo", apply_overrides(Config(), [setting])),
+    ):
+        with pytest.raises(ConfigError) as e:
+            validate(base)
+        assert str(e.value).startswith(sentence)
+    validate(apply_overrides(Config(), [setting]))  # scale=group divides by the std
+    validate(presets.apply("dr-grpo", Config()))
+    validate(presets.apply("rloo", Config()))
+
+
+def test_a_preset_leaves_its_adv_eps_out_of_a_run_that_divides_by_no_std():
+    """reinforce-pp sets adv_eps 1e-8 (verl's, inside token_whiten's square root); with the user's algo.scale=none
+    it would be read by nothing, so the preset leaves it at the default rather than the run being refused."""
+    from grpokit.config import presets
+
+    cfg = presets.apply("reinforce-pp", apply_overrides(Config(), ["algo.scale=none"]))
+    assert (cfg.algo.scale, cfg.algo.adv_eps, cfg.algo.kl_placement) == ("none", 1e-4, "reward")
+    validate(cfg)
+
+
+def test_the_distillation_estimator_is_refused_beside_the_top_k_forward_kl():
+    """With algo.distill_top_k > 0, distill_coef weighs the forward-KL loss term and the per-token reward (the only
+    reader of distill_estimator) is off."""
+    top_k = ["algo.distill_teacher=demo", "algo.distill_coef=1.0", "algo.distill_top_k=4"]
+    with pytest.raises(ConfigError, match=r"^algo.distill_estimator='k3' has no effect unless algo.distill_coef > 0 "):
+        validate(apply_overrides(Config(), [*top_k, "algo.distill_estimator=k3"]))
+    validate(apply_overrides(Config(), top_k))
