@@ -106,7 +106,7 @@ class ModelConfig:
     transformers compiles the training model only. The same values, speed only; the first steps pay the compile."""
     compile_backend: str = "inductor"
     """torch.compile backend with model.compile (TRL's torch_compile_backend): inductor, aot_eager, eager, cudagraphs
-    ..."""
+    ...; refused without model.compile."""
     compile_mode: str = "default"
     """torch.compile mode with model.compile (TRL's torch_compile_mode): default, reduce-overhead, max-autotune,
     max-autotune-no-cudagraphs."""
@@ -382,7 +382,7 @@ class RecordConfig:
     samples_every: int = 10
     """Write a few prompts with all their completions to samples.jsonl every N steps (0 = never)."""
     samples_prompts: int = 2
-    """How many prompts (each with all G completions) go into each sample dump."""
+    """How many prompts (each with all G completions) go into each sample dump (refused with samples_every=0)."""
     samples_images: bool = True
     """Image prompts: each sample row's image written to images/ (scaled up, the gold box and each completion's box
     drawn) and named in the row's image column, for the report; false keeps the samples text only (TRL's
@@ -392,7 +392,7 @@ class RecordConfig:
     console_every: int = 10
     """Without a terminal, the console prints one line per this many steps."""
     run_name: str = ""
-    """Name of the run in the trackers (wandb, mlflow, trackio); "" = the run folder's name."""
+    """Name of the run in the trackers (wandb, mlflow, trackio; refused without one); "" = the run folder's name."""
     project: str = ""
     """Project of the tracker runs (wandb project, mlflow experiment, trackio project); "" = "grpokit"."""
 

@@ -65,9 +65,8 @@ def _generation(a: TrlArgs, ctx: dict) -> dict[str, Any]:
         out.update(
             {"rollout.engine": "generate", "rollout.generation_kwargs": extra}
         )  # TRL hands them to model.generate
-    out["env.max_episode_tokens"] = (
-        a.max_completion_length
-    )  # TRL: a tool episode's whole completion, tool results included
+    if ctx.get("episodes", True):  # TRL: a tool episode's whole completion, tool results included
+        out["env.max_episode_tokens"] = a.max_completion_length
     return out
 
 
@@ -172,7 +171,7 @@ GENERATION = Rule(
     "engine=generate with it, as "
     "TRL's generation config (ignored with use_vllm, as TRL); a key that is no setting of transformers' "
     "GenerationConfig (a typo: TRL's GenerationConfig keeps it unread) is refused, naming the closest; with tools "
-    "the whole episode (tool "
+    "(or an environment_factory) the whole episode (tool "
     "results included) is capped at max_completion_length, as TRL",
     _generation,
 )
@@ -191,10 +190,14 @@ TOOL_TURNS = Rule(
     ("max_tool_calling_iterations",),
     ("env.max_turns",),
     "model turns = iterations + 1 (a negative count as 0); None (TRL: no limit) is env.max_turns=0, no turn "
-    "limit, the episode bounded by max_completion_length as TRL's is",
+    "limit, the episode bounded by max_completion_length as TRL's is; set only for a trainer with tools or an "
+    "environment_factory (TRL reads it only there)",
     lambda a, ctx: (
-        # a negative count runs no tool round in TRL (``iteration_num < max``), as 0 does: one model turn
+        # a negative count runs no tool round in TRL (``iteration_num < max``), as 0 does: one model turn; read
+        # only in tool episodes (tools or an environment_factory), as TRL's
         {"env.max_turns": 0 if a.max_tool_calling_iterations is None else max(0, a.max_tool_calling_iterations) + 1}
+        if ctx.get("episodes", True)
+        else {}
     ),
 )
 
