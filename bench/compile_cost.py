@@ -29,7 +29,7 @@ def run(compile_: bool, steps: int, backend: str) -> dict:
                 "data.eval_size=0",
                 "train.threads=2",
                 f"model.compile={str(compile_).lower()}",
-                f"model.compile_backend={backend}",
+                *([f"model.compile_backend={backend}"] if compile_ else []),  # an eager run reads no backend
             ],
         )
         tr = Trainer(cfg, quiet=True)

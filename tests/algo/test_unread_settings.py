@@ -110,6 +110,13 @@ CASES = [  # (the setting, the feature that reads it, the sentence)
         "algo.entropy_aggregation='token-mean' has no effect unless algo.entropy_coef != 0 or "
         "algo.entropy_adaptive=true (an entropy bonus); set that, or leave it 'loss'",
     ),
+    # before: with distill_coef=0 the teacher serves algo.beta's KL only, and k3 trained the weights k1 did
+    (
+        "algo.distill_estimator=k3",
+        ["algo.distill_teacher=demo", "algo.distill_coef=0.5"],
+        "algo.distill_estimator='k3' has no effect unless algo.distill_coef > 0 with algo.distill_top_k=0 (the "
+        "per-token reverse-KL reward it estimates); set that, or leave it 'k1'",
+    ),
 ]
 
 
@@ -203,20 +210,51 @@ def test_the_ratios_settings_at_one_update_per_batch_are_named_once(caplog):
 
 
 def test_a_clip_range_the_objective_does_not_read_is_refused():
-    """SAPO's soft gate clips nothing; CISPO caps its weight at 1 + clip_high only (its clip_low unread)."""
+    """Found from each objective's declaration (ObjectiveSpec.reads_clip): SAPO's soft gate and VESPO's gamma weight
+    clip nothing (``clipped=no_clipping``); CISPO caps its weight at 1 + clip_high only (its clip_low unread).
+    Before, VESPO had no rule: algo.clip_high=0.28 trained the same weights as 0.2 and exited 0."""
     with pytest.raises(ConfigError) as e:
         validate(apply_overrides(Config(), ["algo.objective=sapo", "algo.clip_high=0.28"]))
     assert str(e.value) == (
-        "algo.clip_high=0.28 has no effect with algo.objective=sapo (its soft gate clips nothing); use "
+        "algo.clip_high=0.28 has no effect with algo.objective=sapo (it reads no clip range); use "
         "algo.objective=clip for a clip range, or leave it 0.2"
     )
+    vespo = ["algo.objective=vespo", "algo.ratio_level=trajectory"]
+    for setting, shown in (("algo.clip_high=0.28", "algo.clip_high=0.28"), ("algo.clip_low=0.1", "algo.clip_low=0.1")):
+        with pytest.raises(ConfigError) as e:
+            validate(apply_overrides(Config(), [*vespo, setting]))
+        assert str(e.value) == (
+            f"{shown} has no effect with algo.objective=vespo (it reads no clip range); use "
+            "algo.objective=clip for a clip range, or leave it 0.2"
+        )
+    validate(apply_overrides(Config(), [*vespo, "algo.clip_high=0.2"]))  # the default: nothing asked
     with pytest.raises(ConfigError) as e:
         validate(apply_overrides(Config(), ["algo.objective=cispo", "algo.clip_low=0.1", "algo.clip_high=4.0"]))
     assert str(e.value) == (
-        "algo.clip_low=0.1 has no effect with algo.objective=cispo (it caps the weight at 1 + clip_high only); use "
+        "algo.clip_low=0.1 has no effect with algo.objective=cispo (it reads algo.clip_high only); use "
         "algo.objective=clip for a clip range, or leave it 0.2"
     )
     validate(apply_overrides(Config(), ["algo.objective=cispo", "algo.clip_high=4.0"]))
+
+
+def test_a_plugin_objective_that_clips_nothing_is_covered_by_its_declaration(monkeypatch):
+    """An objective registered later with ``clipped=no_clipping`` joins the rule with no table to edit; one that
+    declares nothing (an undeclared plugin) is taken to read both clip fields, so nothing is refused for it."""
+    from grpokit.algo import registry
+    from grpokit.algo.settings import no_clipping
+
+    surrogate = lambda ratio_NT, adv_NT, logp_NT, c: ratio_NT * adv_NT  # noqa: E731
+    monkeypatch.setitem(registry.OBJECTIVE_SPECS, "smooth", registry.ObjectiveSpec(clipped=no_clipping))
+    monkeypatch.setitem(registry.OBJECTIVE_FNS, "smooth", surrogate)
+    monkeypatch.setitem(registry.OBJECTIVE_SPECS, "bare", registry.UNDECLARED)
+    monkeypatch.setitem(registry.OBJECTIVE_FNS, "bare", surrogate)
+    with pytest.raises(ConfigError) as e:
+        validate(apply_overrides(Config(), ["algo.objective=smooth", "algo.clip_low=0.1"]))
+    assert str(e.value) == (
+        "algo.clip_low=0.1 has no effect with algo.objective=smooth (it reads no clip range); use "
+        "algo.objective=clip for a clip range, or leave it 0.2"
+    )
+    validate(apply_overrides(Config(), ["algo.objective=bare", "algo.clip_low=0.1", "algo.clip_high=0.28"]))
 
 
 def test_trl_maps_no_epsilon_its_sapo_or_cispo_does_not_read():
@@ -227,6 +265,11 @@ def test_trl_maps_no_epsilon_its_sapo_or_cispo_does_not_read():
     assert (sapo.algo.objective, sapo.algo.clip_low, sapo.algo.clip_high) == ("sapo", 0.2, 0.2)
     cispo = to_config(GRPOConfig("o", loss_type="cispo", epsilon=0.1, epsilon_high=5.0), num_rows=4)
     assert (cispo.algo.objective, cispo.algo.clip_low, cispo.algo.clip_high) == ("cispo", 0.2, 4.0)
+    # TRL's VESPO reads neither epsilon (its loss is -phi(w) A log pi, no clamp): before, epsilon=0.1 became
+    # algo.clip_low=0.1, refused now as VESPO reads no clip range
+    vespo = to_config(GRPOConfig("o", loss_type="vespo", epsilon=0.1, epsilon_high=0.3), num_rows=4)
+    assert (vespo.algo.objective, vespo.algo.clip_low, vespo.algo.clip_high) == ("vespo", 0.2, 0.2)
+    validate(vespo)
 
 
 @pytest.mark.parametrize("preset", ["trl-default", "rloo", "reinforce-pp", "deepseekmath"])
@@ -259,25 +302,80 @@ def test_a_preset_leaves_out_the_clip_range_the_chosen_objective_does_not_read()
     fields still fill (dynamic sampling, token-mean). --preset gspo algo.objective=cispo: CISPO reads clip_high only,
     so GSPO's clip_high 4e-4 fills and its clip_low 3e-4 stays 0.2."""
     from grpokit.config import presets
+    from grpokit.validation import unread_rules
 
-    dapo = presets.apply("dapo", apply_overrides(Config(), ["algo.objective=sapo"]))
+    dapo = presets.apply("dapo", apply_overrides(Config(), ["algo.objective=sapo"]), rules=unread_rules())
     a = dapo.algo
     assert (a.clip_low, a.clip_high, a.dynamic_sampling, a.aggregation) == (0.2, 0.2, True, "token-mean")
     validate(dapo)
-    gspo = presets.apply("gspo", apply_overrides(Config(), ["algo.objective=cispo"]))
+    gspo = presets.apply("gspo", apply_overrides(Config(), ["algo.objective=cispo"]), rules=unread_rules())
     a = gspo.algo
     assert (a.clip_low, a.clip_high, a.ratio_level) == (0.2, 4.0e-4, "sequence")
     validate(gspo)
+    vespo = apply_overrides(Config(), ["algo.objective=vespo", "algo.ratio_level=trajectory"])
+    a = presets.apply("dapo", vespo, rules=unread_rules()).algo  # VESPO declared no_clipping: left out too
+    assert (a.clip_low, a.clip_high, a.dynamic_sampling) == (0.2, 0.2, True)
+    # without the registered objectives' rules (config/algo.py's alone) the preset cannot know: it fills 0.28,
+    # and validation then names it
+    with pytest.raises(ConfigError, match=r"^algo.clip_high=0.28 has no effect with algo.objective=sapo"):
+        validate(presets.apply("dapo", apply_overrides(Config(), ["algo.objective=sapo"])))
 
 
 def test_a_clip_range_the_user_gives_sapo_under_a_preset_is_still_refused():
     """The preset leaves a field out; a value the user gives it is theirs, and SAPO would not read it."""
     from grpokit.config import presets
+    from grpokit.validation import unread_rules
 
-    cfg = presets.apply("dapo", apply_overrides(Config(), ["algo.objective=sapo", "algo.clip_high=0.28"]))
+    given = apply_overrides(Config(), ["algo.objective=sapo", "algo.clip_high=0.28"])
+    cfg = presets.apply("dapo", given, rules=unread_rules())
     with pytest.raises(ConfigError) as e:
         validate(cfg)
     assert str(e.value) == (
-        "algo.clip_high=0.28 has no effect with algo.objective=sapo (its soft gate clips nothing); use "
+        "algo.clip_high=0.28 has no effect with algo.objective=sapo (it reads no clip range); use "
         "algo.objective=clip for a clip range, or leave it 0.2"
     )
+
+
+@pytest.mark.parametrize(
+    "setting, shown",
+    [("algo.adv_eps=0.5", "algo.adv_eps=0.5"), ("algo.std=population", "algo.std='population'")],
+)
+def test_the_std_settings_are_refused_where_no_std_divides(setting, shown):
+    """algo.scale=none (Dr. GRPO, RLOO) only centres the rewards: A = r - mean, so neither the std's kind nor the eps
+    added to it is read (before: the repro's adv_eps=0.5 std=population trained identical weights). Under
+    dr-grpo, a preset whose scale is none, a value the user gives is refused too; the preset's own defaults are not."""
+    from grpokit.config import presets
+
+    sentence = (
+        f"{shown} has no effect with algo.scale=none (the rewards are only centred, divided by no std); set "
+        "algo.scale=group, batch, token_whiten or batch_whiten, or leave it "
+    )
+    for base in (
+        apply_overrides(Config(), ["algo.scale=none", setting]),
+        presets.apply("dr-grpo", apply_overrides(Config(), [setting])),
+    ):
+        with pytest.raises(ConfigError) as e:
+            validate(base)
+        assert str(e.value).startswith(sentence)
+    validate(apply_overrides(Config(), [setting]))  # scale=group divides by the std
+    validate(presets.apply("dr-grpo", Config()))
+    validate(presets.apply("rloo", Config()))
+
+
+def test_a_preset_leaves_its_adv_eps_out_of_a_run_that_divides_by_no_std():
+    """reinforce-pp sets adv_eps 1e-8 (verl's, inside token_whiten's square root); with the user's algo.scale=none
+    it would be read by nothing, so the preset leaves it at the default rather than the run being refused."""
+    from grpokit.config import presets
+
+    cfg = presets.apply("reinforce-pp", apply_overrides(Config(), ["algo.scale=none"]))
+    assert (cfg.algo.scale, cfg.algo.adv_eps, cfg.algo.kl_placement) == ("none", 1e-4, "reward")
+    validate(cfg)
+
+
+def test_the_distillation_estimator_is_refused_beside_the_top_k_forward_kl():
+    """With algo.distill_top_k > 0, distill_coef weighs the forward-KL loss term and the per-token reward (the only
+    reader of distill_estimator) is off."""
+    top_k = ["algo.distill_teacher=demo", "algo.distill_coef=1.0", "algo.distill_top_k=4"]
+    with pytest.raises(ConfigError, match=r"^algo.distill_estimator='k3' has no effect unless algo.distill_coef > 0 "):
+        validate(apply_overrides(Config(), [*top_k, "algo.distill_estimator=k3"]))
+    validate(apply_overrides(Config(), top_k))

@@ -151,6 +151,17 @@ def test_presets_use_the_runs_own_reward(tmp_path):
     assert [s.name for s in reward_setup.reward_specs(cfg, None)] == ["math_accuracy", "overlong_penalty"]
 
 
+def test_the_command_lines_preset_leaves_out_a_clip_range_the_objective_does_not_read():
+    """grpokit train --preset dapo algo.objective=vespo: the command line hands the preset every unread rule,
+    the objectives' declared clip fields included, so DAPO's clip_high 0.28 (which VESPO would not read) stays
+    at the default and the run is not refused for a value the user never gave; the rest of DAPO fills."""
+    from grpokit.validation import validate
+
+    cfg = cli_config("--preset", "dapo", "algo.objective=vespo", "algo.ratio_level=trajectory")
+    assert (cfg.algo.clip_low, cfg.algo.clip_high, cfg.algo.dynamic_sampling) == (0.2, 0.2, True)
+    validate(cfg)
+
+
 def test_preset_from_python_with_passed_reward_functions(tmp_path):
     cfg = Config()
     cfg.reward.functions = []  # the README's way: the passed callables are the reward

@@ -259,3 +259,14 @@ def test_a_trained_run_is_evaluated_on_its_own_csv(tmp_path, monkeypatch, capsys
         "evalmod3:always_one",
     )
     assert (res["pass@1"], res["max_new_tokens"]) == (1.0, 4)
+
+
+def test_the_runs_settings_of_rows_not_evaluated_are_dropped(tmp_path):
+    """A run trained on its CSV (data.prompt_column=question) evaluated on a task's held-out rows: the column is
+    read by no source of those rows (config/data_sources.py), so eval leaves it at its default instead of
+    validation refusing the run's own setting; evaluated on its CSV, the column stays."""
+    run, data = _run(tmp_path, "data.split=train")
+    cfg, _, target = _settings(["--model", str(run), "--task", "arithmetic", "--reward", "math_accuracy"], run)
+    assert (target.task, cfg.data.prompt_column, cfg.data.dataset) == ("arithmetic", "prompt", "")
+    cfg, _, target = _settings(["--model", str(run)], run)
+    assert (target.dataset, cfg.data.prompt_column) == (str(data), "question")

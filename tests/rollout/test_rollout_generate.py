@@ -178,3 +178,38 @@ def test_bad_engine_settings_get_one_sentence(over, message):
         setattr(cfg.rollout, k, v)
     with pytest.raises(ConfigError, match=message):
         validate(cfg)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        # before: both accepted, kept by GenerationConfig as attributes nothing reads, the run sampled plainly
+        (
+            {"num_beam": 4},
+            "key 'num_beam' is not a setting of transformers' GenerationConfig (generate() would "
+            "ignore it); did you mean 'num_beams'?",
+        ),
+        (
+            {"no_repeat_ngram_size": 1, "no_repeat_ngram": 1},
+            "key 'no_repeat_ngram' is not a setting of transformers' "
+            "GenerationConfig (generate() would ignore it); did you mean 'no_repeat_ngram_size'?",
+        ),
+        (
+            {"zzz": 1},
+            "key 'zzz' is not a setting of transformers' GenerationConfig (generate() would ignore it); see "
+            "transformers' GenerationConfig for its settings",
+        ),
+    ],
+)
+def test_a_generation_kwargs_key_generate_does_not_read_is_refused_naming_the_closest(kwargs, message):
+    """Each key must be an attribute of a default transformers GenerationConfig(); the others are refused with the
+    closest valid name. Valid keys (no_repeat_ngram_size, num_beams, length_penalty) are accepted."""
+    from grpokit.config import apply_overrides
+
+    cfg = apply_overrides(Config(), ["rollout.engine=generate"])
+    cfg.rollout.generation_kwargs = kwargs
+    with pytest.raises(ConfigError) as e:
+        validate(cfg)
+    assert str(e.value) == f"rollout.generation_kwargs {message}"
+    cfg.rollout.generation_kwargs = {"no_repeat_ngram_size": 1, "num_beams": 2, "length_penalty": -0.1}
+    validate(cfg)

@@ -191,3 +191,19 @@ def test_generate_runs_with_trls_sampling_settings(kwargs, chat_model, tmp_path)
     assert {n: getattr(ours, n) for n in names} == {
         n: defaults.get(n) if getattr(theirs, n) is None else getattr(theirs, n) for n in names
     }
+
+
+def test_trls_generation_kwargs_with_a_key_generate_does_not_read_is_refused_in_trls_words():
+    """TRL hands generation_kwargs to GenerationConfig(**kwargs), which keeps a misspelt key unread: refused."""
+    from grpokit.config import ConfigError
+    from grpokit.trl.config import GRPOConfig
+    from grpokit.trl.mapping import to_config
+
+    with pytest.raises(ConfigError) as e:
+        to_config(GRPOConfig("o", generation_kwargs={"num_beam": 2}), num_rows=4)
+    assert str(e.value) == (
+        "GRPOConfig argument generation_kwargs key 'num_beam' is not a setting of transformers' GenerationConfig "
+        "(generate() would ignore it); did you mean 'num_beams'?"
+    )
+    cfg = to_config(GRPOConfig("o", generation_kwargs={"num_beams": 2}), num_rows=4)
+    assert (cfg.rollout.engine, cfg.rollout.generation_kwargs) == ("generate", {"num_beams": 2})

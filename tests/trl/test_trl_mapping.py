@@ -297,7 +297,9 @@ def test_valid_edge_values_are_accepted():
         match=r"^GRPOConfig argument gradient_checkpointing_kwargs=\{'use_reentrant': True\} is not supported",
     ):
         to_config(GRPOConfig("out", gradient_checkpointing_kwargs={"use_reentrant": True}), num_rows=8)
-    assert to_config(GRPOConfig("out", run_name="r1"), num_rows=8).record.run_name == "r1"
+    # run_name names a tracker's runs (wandb, mlflow, trackio): mapped there; with no such tracker nothing reads it
+    assert to_config(GRPOConfig("out", run_name="r1", report_to=["wandb"]), num_rows=8).record.run_name == "r1"
+    assert to_config(GRPOConfig("out", run_name="r1"), num_rows=8).record.run_name == ""
 
 
 def test_steps_per_generation_and_generation_batch_size_worked_by_hand():
@@ -564,9 +566,12 @@ def test_max_tool_calling_iterations_maps_to_model_turns():
 
 
 def test_log_multimodal_decides_whether_samples_carry_their_images():
-    # TRL logs a batch's images beside its completions unless log_multimodal=False
-    assert to_config(GRPOConfig("o"), num_rows=8).record.samples_images is True
-    assert to_config(GRPOConfig("o", log_multimodal=False), num_rows=8).record.samples_images is False
+    # TRL logs a batch's images beside its completions unless log_multimodal=False; it reads log_multimodal only when
+    # it logs completions (log_completions), as grpokit writes samples only then (record.samples_every > 0)
+    logged = {"log_completions": True}
+    assert to_config(GRPOConfig("o", **logged), num_rows=8).record.samples_images is True
+    assert to_config(GRPOConfig("o", log_multimodal=False, **logged), num_rows=8).record.samples_images is False
+    assert to_config(GRPOConfig("o", log_multimodal=False), num_rows=8).record.samples_images is True  # unread
 
 
 def test_the_trl_layer_trains_the_vision_tower_as_trl():

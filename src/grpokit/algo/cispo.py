@@ -23,7 +23,7 @@ def cispo_clipped(ratio_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.T
     return torch.zeros_like(m), capped, {"cispo_clip_ratio": capped & (adv_NT > 0)}
 
 
-@register_objective("cispo", ObjectiveSpec(min_clip_high=-1.0, clipped=cispo_clipped))
+@register_objective("cispo", ObjectiveSpec(min_clip_high=-1.0, clipped=cispo_clipped, clip_fields=("clip_high",)))
 def cispo_surrogate(
     ratio_NT: torch.Tensor, adv_NT: torch.Tensor, logp_NT: torch.Tensor, c: ClipSettings
 ) -> torch.Tensor:

@@ -22,6 +22,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .settings import no_clipping
+
 ADVANTAGES: dict[str, Callable] = {}
 OBJECTIVE_FNS: dict[str, Callable] = {}
 TOKEN_MASKS: dict[str, Callable] = {}
@@ -107,6 +109,20 @@ class ObjectiveSpec:
     sampler_weight: Callable | None = (
         None  # TIS weights (N, T) -> a log weight (N,) joining its ratio (None: TIS weighs the policy term)
     )
+    # the shared clip fields it reads (CLIP_FIELDS: algo.clip_low, algo.clip_high); validation refuses the others
+    # set away from their defaults. None: what ``clipped`` says, none for ``no_clipping`` (a smooth weight clips
+    # nothing: SAPO, VESPO), both otherwise; an objective that reads one of them declares it (CISPO)
+    clip_fields: tuple[str, ...] | None = None
+
+    def reads_clip(self) -> tuple[str, ...]:
+        """The shared clip fields this objective reads (an undeclared plugin: both, as nothing is known)."""
+        if self.clip_fields is not None:
+            return self.clip_fields
+        return () if self.clipped is no_clipping else CLIP_FIELDS
+
+
+CLIP_FIELDS = ("clip_low", "clip_high")
+"""The algo fields of the shared clip range, ``1 - clip_low <= ratio <= 1 + clip_high`` (PPO's, DAPO's clip-higher)."""
 
 
 UNDECLARED = ObjectiveSpec(declared=False)

@@ -24,8 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from grpokit.config.data_sources import unread_fields
 from grpokit.config.io import apply_overrides
-from grpokit.config.sections import Config, ConfigError, EnvConfig, RolloutConfig
+from grpokit.config.sections import Config, ConfigError, DataConfig, EnvConfig, RolloutConfig
 from grpokit.train.resume import CONFIG_FILE
 from grpokit.validation import validate
 from grpokit.validation.rollout import check_sampling
@@ -192,6 +193,8 @@ def _choose_rows(cfg: Config, args: argparse.Namespace, run: Path | None) -> tup
             f"the run {run} trained on data.domains, which grpokit eval does not evaluate as one; give --task NAME, "
             "or --dataset FILE with --reward, for each domain"
         )
+    for name in unread_fields(d):  # the run's settings of rows not evaluated (its data.split beside --task ...)
+        setattr(d, name, getattr(DataConfig(), name))
     if source is None and args.split is not None:
         raise ConfigError(
             f"--split {args.split!r} picks a split of --dataset, but the task {d.task!r} is evaluated on its own "

@@ -84,11 +84,14 @@ def build_config(args: argparse.Namespace) -> Config:
     cfg = _command_line(args, cfg)
     if args.preset:  # below --config and the overrides: it fills only the fields they left unset
         from grpokit.config import presets
+        from grpokit.validation.algo import unread_rules
 
+        rules = unread_rules()  # the registered objectives' clip fields too: what the run would not read
         if resumed:  # the run's config holds its preset already: accepted where it changes nothing
-            cfg = presets.resumed(args.preset, cfg, _command_line(args, Config()), paper_scale=args.paper_scale)
+            fresh = _command_line(args, Config())
+            cfg = presets.resumed(args.preset, cfg, fresh, paper_scale=args.paper_scale, rules=rules)
         else:
-            cfg = presets.apply(args.preset, cfg, paper_scale=args.paper_scale)
+            cfg = presets.apply(args.preset, cfg, paper_scale=args.paper_scale, rules=rules)
     return cfg
 
 

@@ -26,7 +26,7 @@ class AlgoConfig:
     (whitened over the batch's completions, each weighing one)."""
     std: str = "unbiased"
     """Std used for scaling: "unbiased" (Bessel: divides by G-1, or tokens-1 for token_whiten; as TRL and verl) or
-    "population"."""
+    "population"; read by no scale=none run (nor adv_eps)."""
     adv_eps: float = 1e-4
     """Added to the std in the advantage denominator (TRL's 1e-4; verl's GRPO uses 1e-6); for scale=token_whiten added
     to the variance inside the square root, where verl puts its 1e-8."""
@@ -69,7 +69,8 @@ class AlgoConfig:
     (0: none; the teacher then serves algo.beta's KL term only). With distill_top_k > 0 it weighs the forward-KL
     loss term instead (the per-token reward is then off)."""
     distill_estimator: str = "k1"
-    """The per-token KL estimate of that reward on the sampled tokens: "k1" (log student - log teacher) or "k3"."""
+    """The per-token KL estimate of that reward on the sampled tokens: "k1" (log student - log teacher) or "k3"; read
+    only by that reward (distill_coef > 0, distill_top_k=0)."""
     distill_top_k: int = 0
     """k > 0: a forward-KL loss term on the teacher's k likeliest tokens at every completion position,
     distill_coef * sum_v p_T(v) (log p_T(v) - log p_S(v)), reduced like the policy loss (algo.aggregation). p_T is
@@ -199,7 +200,6 @@ class Unread(NamedTuple):
     """What would make them read."""
 
 
-CLIP_RANGE = "use algo.objective=clip for a clip range"
 UNREAD_UNLESS: tuple[Unread, ...] = (
     Unread(
         ("entropy_target", "entropy_coef_delta", "entropy_coef_min", "entropy_coef_max"),
@@ -238,23 +238,24 @@ UNREAD_UNLESS: tuple[Unread, ...] = (
         "unless algo.aggregation=seq-mean-token-sum-norm (Dr. GRPO's constant)",
         lambda a: a.aggregation == "seq-mean-token-sum-norm",
     ),
-    Unread(
-        ("clip_low", "clip_high"),
-        "with algo.objective=sapo (its soft gate clips nothing)",
-        lambda a: a.objective != "sapo",
-        CLIP_RANGE,
+    Unread(  # every built-in estimator honouring scale=none leaves the std out (group, grpo_s, gigpo's step level)
+        ("std", "adv_eps"),
+        "with algo.scale=none (the rewards are only centred, divided by no std)",
+        lambda a: a.scale != "none",
+        "set algo.scale=group, batch, token_whiten or batch_whiten",
     ),
     Unread(
-        ("clip_low",),
-        "with algo.objective=cispo (it caps the weight at 1 + clip_high only)",
-        lambda a: a.objective != "cispo",
-        CLIP_RANGE,
+        ("distill_estimator",),
+        "unless algo.distill_coef > 0 with algo.distill_top_k=0 (the per-token reverse-KL reward it estimates)",
+        lambda a: a.distill_coef > 0 and a.distill_top_k <= 0,
     ),
 )
-"""Settings read only by one feature (or not read by one objective): ``Unread(fields, why, on, fix)`` over an
-``AlgoConfig``. Validation refuses such a field changed from its default while its feature is off
-(validation/algo.py); a preset fills it only where its feature is on in the run it is applied to (config/presets:
-``--preset dapo algo.objective=sapo`` leaves DAPO's clip range out rather than the run being refused for it), and
-the TRL layer sets it only where TRL reads it (trl/args/loss.py), so neither a preset nor a TRL script meets these
-sentences. The estimators' and objectives' own parameters are found from their declarations instead
-(validation/algo.py ``stage_owners``)."""
+"""Settings read only by one feature: ``Unread(fields, why, on, fix)`` over an ``AlgoConfig``. Validation refuses
+such a field changed from its default while its feature is off (validation/algo.py); a preset fills it only where
+its feature is on in the run it is applied to (config/presets), and the TRL layer sets it only where TRL reads it
+(trl/args/loss.py), so neither a preset nor a TRL script meets these sentences. What the registered stages read is
+found from their declarations instead, above this package: the clip range an objective does not read
+(``ObjectiveSpec.reads_clip``: none for SAPO and VESPO, clip_low for CISPO; validation/algo.py ``objective_rules``,
+joined to these rules by ``unread_rules``, which the command line hands presets so that ``--preset dapo
+algo.objective=sapo`` leaves DAPO's clip range out), and the estimators' and objectives' own parameters
+(``stage_owners``)."""

@@ -24,7 +24,7 @@ class OptimConfig:
     decay_norms_and_biases: bool = True
     """Whether weight_decay reaches biases and norm weights too (true: one group of every parameter). false:
     transformers' Trainer's two groups, parameters inside a LayerNorm or named bias / norm (RMSNorm weights)
-    undecayed (optim/decay.py); grpokit.trl sets false, as TRL."""
+    undecayed (optim/decay.py); grpokit.trl sets false, as TRL, when it decays. Refused with weight_decay=0."""
     adam_beta1: float = 0.9
     """AdamW beta1."""
     adam_beta2: float = 0.99

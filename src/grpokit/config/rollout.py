@@ -46,7 +46,8 @@ class RolloutConfig:
     generation_kwargs: dict = field(default_factory=dict)
     """engine=generate: extra GenerationConfig settings on top of the sampling fields, e.g. {num_beams: 2,
     length_penalty: -0.1} (TRL's generation_kwargs); keys with a rollout field of their own (temperature, top_p, top_k,
-    min_p, max_new_tokens, repetition_penalty, stop) are set there."""
+    min_p, max_new_tokens, repetition_penalty, stop) are set there; a key that is no GenerationConfig setting (a typo
+    transformers would keep unread) is refused, naming the closest; the other engines refuse generation_kwargs."""
     cuda_graphs: bool = True
     """backend=hf on CUDA: replay each decode step of the static engine as a CUDA graph (same tokens, far fewer kernel
     launches); false runs it eagerly."""

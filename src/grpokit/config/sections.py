@@ -106,7 +106,7 @@ class ModelConfig:
     transformers compiles the training model only. The same values, speed only; the first steps pay the compile."""
     compile_backend: str = "inductor"
     """torch.compile backend with model.compile (TRL's torch_compile_backend): inductor, aot_eager, eager, cudagraphs
-    ..."""
+    ...; refused without model.compile."""
     compile_mode: str = "default"
     """torch.compile mode with model.compile (TRL's torch_compile_mode): default, reduce-overhead, max-autotune,
     max-autotune-no-cudagraphs."""
@@ -123,22 +123,26 @@ class DataConfig:
     (docs/TASKS.md); unused once `dataset` is set."""
     task_params: dict = field(default_factory=dict)
     """A reasoning_gym task's config (its reasoning-gym config fields; for a mixture one mapping per task name), plus
-    "instruction": the sentence appended to each question."""
+    "instruction": the sentence appended to each question; refused beside data.dataset, which replaces the task."""
     dataset: str = ""
     """One's own training data: a .jsonl/.json/.parquet/.csv file or a `datasets` hub name (replaces the task: its rows,
     reward and held-out set)."""
     split: str = "train"
     """Split to train on, of a hub dataset or a save_to_disk DatasetDict folder (one the folder lacks is refused); a
-    single file, image folder or saved Dataset has no splits, so only the default is accepted for it."""
+    single file, image folder or saved Dataset has no splits, so only the default is accepted for it; refused without
+    data.dataset."""
     eval_dataset: str = ""
     """Held-out data for evaluation (file or hub name); empty: the built-in task's held-out split, or none with one's
     own data."""
     eval_split: str = "test"
-    """Split of eval_dataset, as `split` is of dataset (a single file: only the default is accepted)."""
+    """Split of eval_dataset, as `split` is of dataset (a single file: only the default is accepted); refused without
+    eval_dataset."""
     prompt_column: str = "prompt"
-    """Column holding the prompt text (or a list of chat messages)."""
+    """Column of data.dataset and data.eval_dataset holding the prompt text (or a list of chat messages); refused
+    when neither is set (config/data_sources.py)."""
     answer_column: str = "answer"
-    """Column holding the gold answer; reward functions receive it as `answer` and under its own name (empty: none)."""
+    """Column of data.dataset and data.eval_dataset holding the gold answer; reward functions receive it as `answer`
+    and under its own name (empty: none); refused when neither is set."""
     system_prompt: str = ""
     """System message prepended when a chat template is applied; refused when a prompt would not go through one
     (no template, chat_template=never, a plain-text prompt with conversational) or when a row carries a system
@@ -378,7 +382,7 @@ class RecordConfig:
     samples_every: int = 10
     """Write a few prompts with all their completions to samples.jsonl every N steps (0 = never)."""
     samples_prompts: int = 2
-    """How many prompts (each with all G completions) go into each sample dump."""
+    """How many prompts (each with all G completions) go into each sample dump (refused with samples_every=0)."""
     samples_images: bool = True
     """Image prompts: each sample row's image written to images/ (scaled up, the gold box and each completion's box
     drawn) and named in the row's image column, for the report; false keeps the samples text only (TRL's
@@ -388,7 +392,7 @@ class RecordConfig:
     console_every: int = 10
     """Without a terminal, the console prints one line per this many steps."""
     run_name: str = ""
-    """Name of the run in the trackers (wandb, mlflow, trackio); "" = the run folder's name."""
+    """Name of the run in the trackers (wandb, mlflow, trackio; refused without one); "" = the run folder's name."""
     project: str = ""
     """Project of the tracker runs (wandb project, mlflow experiment, trackio project); "" = "grpokit"."""
 

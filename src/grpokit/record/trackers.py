@@ -302,6 +302,10 @@ class TrackioSink:
         self.trackio.finish()
 
 
+NAMED_RUNS = ("wandb", "mlflow", "trackio")
+"""The trackers whose runs take record.project and record.run_name (make_tracker passes them); tensorboard's do not."""
+
+
 def make_tracker(
     kind: str,
     run_dir: Path | None,

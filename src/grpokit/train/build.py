@@ -117,6 +117,7 @@ def build_inputs(
         train_rows, eval_rows = run_data.data_rows(cfg, train_rows, eval_rows)
         run_data.check_gold_answers(cfg, train_rows)
         run_data.check_gold_answers(cfg, eval_rows, held_out=True)  # after eval_size: the rows evaluated
+    run_data.refuse_idle_evaluation(cfg, eval_rows)
     if (tools or environment_factory or cfg.env.tools or cfg.env.environment) and has_images(train_rows):
         raise ConfigError(IMAGE_EPISODES)  # before the episodes' own checks (a tool format): none would help
     episodes = episode_setup.episode_runner(cfg, tokenizer, tools, environment_factory, run_data.task_of(cfg))

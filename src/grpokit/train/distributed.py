@@ -30,6 +30,7 @@ compares the final weights; ``tests/train/test_distributed_metrics.py`` every me
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -40,6 +41,8 @@ import torch
 import torch.distributed as dist
 
 from grpokit.record.rank_reduction import WEIGHT, combine
+
+log = logging.getLogger("grpokit.train")
 
 
 @dataclass
@@ -165,6 +168,15 @@ def setup(fsdp: bool = False, timeout_s: float = 0) -> DistContext:
         return DistContext(fsdp=fsdp)
     # FSDP joins even a one-process group (torchrun --nproc_per_node 1): FSDP2 needs a process group
     launched = int(os.environ.get("WORLD_SIZE", "1")) > 1 or (fsdp and "WORLD_SIZE" in os.environ)
+    if timeout_s > 0 and (dist.is_initialized() or not launched):  # a launch's property: warned, not refused
+        log.warning(
+            "grpokit: warning: train.dist_timeout_s=%g changes nothing in this run: %s; it bounds a collective's "
+            "wait in a process group grpokit joins (torchrun)",
+            timeout_s,
+            "the process group was joined before, with its own timeout"
+            if dist.is_initialized()
+            else "it is one process",
+        )
     if not dist.is_initialized() and launched:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":

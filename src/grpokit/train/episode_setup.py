@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Callable
 
-from grpokit.config.sections import Config, ConfigError
+from grpokit.config.sections import Config, ConfigError, EnvConfig
 
 log = logging.getLogger("grpokit.env")
 
@@ -27,6 +28,8 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
         fns = list(task.tools)
     factory = environment_factory or resolve_environment(e.environment)
     multi = bool(fns) or bool(factory)
+    if not multi:
+        warn_unread_episode_settings(e)
     fmt, template_kwargs = suffix_settings(cfg, tokenizer, tool_format(cfg, tokenizer, multi), multi)
     spec = EpisodeSpec(
         max_turns=e.max_turns if multi else 1,
@@ -46,6 +49,30 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
             with_observation(raw, obs), tokenizer, cfg.data, schemas
         )
     return runner
+
+
+EPISODE_ONLY = ("tools", "environment")
+"""The env fields that make episodes multi-turn; every other env field is read only inside such episodes."""
+
+
+def warn_unread_episode_settings(e: EnvConfig) -> None:
+    """Warn once that env.* settings changed from their defaults act on nothing: this run's episodes are one plain
+    completion (no env.tools or env.environment, no tools or environment_factory passed, no task's tools). A
+    warning, not a refusal: tools passed in code decide it, so a config shared by runs with and without them
+    stays valid."""
+    default = EnvConfig()
+    changed = [
+        f"env.{f.name}={getattr(e, f.name)!r}"
+        for f in dataclasses.fields(EnvConfig)
+        if f.name not in EPISODE_ONLY and getattr(e, f.name) != getattr(default, f.name)
+    ]
+    if changed:
+        log.warning(
+            "grpokit: warning: %s change nothing in this run: its episodes are one plain completion (no env.tools, "
+            "env.environment, tools or environment_factory, nor a task with tools); they act in multi-turn episodes "
+            "only",
+            ", ".join(changed),
+        )
 
 
 def tool_format(cfg: Config, tokenizer, multi: bool) -> str:

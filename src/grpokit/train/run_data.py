@@ -26,6 +26,7 @@ def resolve_run(cfg: Config, own_rows: bool = False) -> Config:
     from grpokit.config.io import assigned, set_field
 
     if cfg.data.dataset or own_rows:
+        refuse_replaced_task(cfg.data)
         cfg.data.task = ""
     task = task_of(cfg)
     if task is None or cfg.model.name_or_path != "demo":
@@ -37,6 +38,17 @@ def resolve_run(cfg: Config, own_rows: bool = False) -> Config:
     if task.name != "arithmetic":
         cfg.model.name_or_path = str(task.model_path())
     return cfg
+
+
+def refuse_replaced_task(d: DataConfig) -> None:
+    """One's own rows replace the task: a task chosen beside them (not the default, which nobody chose) would be
+    dropped unseen, its rows, reward and held-out set with it."""
+    if d.task and d.task != DataConfig().task:
+        rows = f"data.dataset={d.dataset!r}" if d.dataset else "the rows passed to the Trainer"
+        raise ConfigError(
+            f"data.task={d.task!r} has no effect with {rows}, which replace the task's rows, reward and held-out "
+            "set; leave data.task out, or data.dataset empty to train on the task"
+        )
 
 
 def use_task_model(cfg: Config) -> None:
@@ -71,6 +83,19 @@ def data_rows(
         else:
             eval_rows = task.held_out_rows(d.eval_size) if task else []
     return train_rows, eval_rows[: d.eval_size]
+
+
+def refuse_idle_evaluation(cfg: Config, eval_rows: list) -> None:
+    """train.eval_every > 0 with no held-out rows would evaluate nothing (summary.json's eval_before and
+    eval_after empty too): one's own data without data.eval_dataset (or eval rows), or data.eval_size=0."""
+    n = cfg.train.eval_every
+    if eval_rows or not n:
+        return
+    why = "data.eval_size=0" if cfg.data.eval_size == 0 else "one's own data evaluates only data.eval_dataset"
+    raise ConfigError(
+        f"train.eval_every={n} evaluates nothing: the run has no held-out rows ({why}); set data.eval_dataset "
+        "(or pass eval rows) and data.eval_size > 0, or leave train.eval_every 0"
+    )
 
 
 def check_gold_answers(cfg: Config, rows: list[dict], held_out: bool = False) -> None:

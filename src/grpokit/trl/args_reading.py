@@ -34,6 +34,7 @@ class Given:
     quantization_config: Any
     optimizers: tuple
     environment_factory: Any
+    tools: Any = None
 
 
 class ArgsReading:
@@ -60,6 +61,7 @@ class ArgsReading:
             len(train_rows),
             streamed,
             num_funcs,
+            episodes=bool(g.tools or g.environment_factory),  # TRL reads its episode settings only then
         )
         apply_process_settings(self.args, g.model)
         return cfg

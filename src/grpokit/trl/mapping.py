@@ -95,13 +95,22 @@ TRL argument a script sets each with (its rule in MAPPING): under grpokit.trl th
 (trainer.py builds the run inside ``config.base.named_as`` of these names)."""
 
 
-def to_config(args: GRPOConfig, *, num_rows: int, world_size: int | None = None, streamed: bool = False) -> Config:
+def to_config(
+    args: GRPOConfig,
+    *,
+    num_rows: int,
+    world_size: int | None = None,
+    streamed: bool = False,
+    episodes: bool = True,
+) -> Config:
     """The grpokit ``Config`` of a TRL ``GRPOConfig`` (``num_rows``: training prompts, for epochs;
-    ``streamed``: an IterableDataset, which has no epochs)."""
+    ``streamed``: an IterableDataset, which has no epochs; ``episodes``: the trainer has tools or an
+    environment_factory, the only runs whose episode settings TRL reads)."""
     ctx = {
         "num_rows": num_rows,
         "world_size": world_size or position()[1],  # the joined process group, else torchrun's WORLD_SIZE
         "streamed": streamed,
+        "episodes": episodes,
     }
     check_gated(args)  # arguments set after construction may have turned a gate on
     cfg = Config()

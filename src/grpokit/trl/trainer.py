@@ -129,6 +129,7 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
             quantization_config=quantization_config,
             optimizers=optimizers,
             environment_factory=environment_factory,
+            tools=tools,
         )  # what the GRPOConfig is read with, again at train() when a script changed trainer.args (ArgsReading)
         self.args = args
         self._check_args()

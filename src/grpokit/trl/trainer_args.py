@@ -65,11 +65,12 @@ def run_config(
     num_rows: int,
     streamed: bool,
     num_funcs: int,
+    episodes: bool = True,
 ) -> Config:
     """grpokit's Config for ``args`` (the mapping), the model's name, an object's dtype and adapter
     (or ``peft_config``'s LoRA); a model grpokit cannot run and a weight count that does not match
     the reward functions are refused."""
-    cfg = to_config(args, num_rows=num_rows, streamed=streamed)
+    cfg = to_config(args, num_rows=num_rows, streamed=streamed, episodes=episodes)
     set_field(cfg, "model.name_or_path", name)
     if isinstance(model, str):
         refuse_custom_code(model, cfg.model.trust_remote_code)

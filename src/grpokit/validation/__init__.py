@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from grpokit.config.sections import Config
 
-from .algo import check_algo_limits, check_algo_objective, check_sampling_and_shaping, check_unread_algo
+from .algo import check_algo_limits, check_algo_objective, check_sampling_and_shaping, check_unread_algo, unread_rules
 from .model import check_model, check_record_data
 from .rollout import check_rollout
 from .train import check_optim_train, check_reward_env
+
+__all__ = ["unread_rules", "validate"]
 
 
 def validate(cfg: Config) -> Config:

@@ -11,8 +11,8 @@ from grpokit.algo.advantages import BASELINES, SCALES, STD_KINDS
 from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS
 from grpokit.algo.pipeline import KL_PLACEMENTS
 from grpokit.algo.ratio import RATIO_LEVELS
-from grpokit.algo.registry import STAGE_SPECS, is_import_path, lookup, objective_spec, registered
-from grpokit.config.algo import UNREAD_UNLESS
+from grpokit.algo.registry import CLIP_FIELDS, STAGE_SPECS, is_import_path, lookup, objective_spec, registered
+from grpokit.config.algo import UNREAD_UNLESS, Unread
 from grpokit.config.sections import AlgoConfig, Config, ConfigError, RolloutConfig
 from grpokit.rollout.gec import MODES as GEC_MODES
 
@@ -172,10 +172,36 @@ def stage_owners() -> dict[str, list[str]]:
     return owners
 
 
+CLIP_RANGE = "use algo.objective=clip for a clip range"
+
+
+def objective_rules() -> tuple[Unread, ...]:
+    """The clip fields each registered objective does not read, as ``Unread`` rules: from its declaration
+    (``ObjectiveSpec.reads_clip``), so SAPO and VESPO (``clipped=no_clipping``: none read), CISPO (clip_high
+    only) and any objective registered later are covered alike. An import path's objective declares nothing
+    and reads both."""
+    rules = []
+    for name in registered("objective"):
+        reads = objective_spec(name).reads_clip()
+        unread_fields = tuple(f for f in CLIP_FIELDS if f not in reads)
+        if unread_fields:
+            what = " and ".join(f"algo.{f}" for f in reads) + " only" if reads else "no clip range"
+            why = f"with algo.objective={name} (it reads {what})"
+            rules.append(Unread(unread_fields, why, lambda a, n=name: a.objective != n, CLIP_RANGE))
+    return tuple(rules)
+
+
+def unread_rules() -> tuple[Unread, ...]:
+    """Every ``Unread`` rule of the algo section: config/algo.py's ``UNREAD_UNLESS`` and the objectives' clip
+    fields (``objective_rules``). The command line hands them to ``presets.apply`` (a preset fills none of
+    the fields they would refuse)."""
+    return UNREAD_UNLESS + objective_rules()
+
+
 def check_unread_algo(cfg: Config) -> None:
     """A setting of a feature that is off, changed from its default, is refused, not ignored: the run would
     train without what the setting asks for and exit 0."""
-    for rule in UNREAD_UNLESS:  # a feature's settings, and the clip range SAPO and CISPO do not read
+    for rule in unread_rules():  # a feature's settings, and the clip range the objective does not read
         if not rule.on(cfg.algo):
             unread("algo", cfg.algo, AlgoConfig(), rule.fields, rule.why, rule.fix)
     a, defaults = cfg.algo, AlgoConfig()

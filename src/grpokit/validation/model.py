@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpokit.config.sections import Config, DataConfig, ModelConfig
+from grpokit.config.data_sources import READERS, rows_in_use, unread_fields
+from grpokit.config.sections import Config, DataConfig, ModelConfig, RecordConfig
 from grpokit.nn.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.nn.models import ATTN_IMPLEMENTATIONS
 from grpokit.nn.vocab import MODES as VOCAB_MODES
@@ -51,21 +52,7 @@ def check_model(cfg: Config) -> None:
         "model.lm_head_fp32 keeps lm_head a plain float32 layer, but model.lora_target_modules puts an adapter on "
         "it; remove lm_head from the targets or set model.lm_head_fp32=false",
     )
-    check(
-        not (m.compile and m.cpu_matmul == "onednn"),
-        "model.compile=true cannot trace model.cpu_matmul='onednn' linears (torch.compile's inductor does not lower "
-        "them); set model.cpu_matmul=auto (oneDNN off while compiling) or torch",
-    )
-    one_of(
-        "model.compile_mode",
-        m.compile_mode,
-        ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
-    )
-    check(
-        not m.compile or m.compile_backend in torch_backends(),
-        f"model.compile_backend={m.compile_backend!r} is not a torch.compile backend; use one of: "
-        f"{', '.join(torch_backends())}",
-    )
+    check_compile(m)
     check(
         m.neftune_noise_alpha >= 0,
         f"model.neftune_noise_alpha={m.neftune_noise_alpha} must be >= 0 (0 = off; the NEFTune paper uses 5)",
@@ -96,6 +83,28 @@ def _check_lora(m: ModelConfig) -> None:
     )
 
 
+def check_compile(m: ModelConfig) -> None:
+    """model.compile and its mode and backend, which only a compiled run reads."""
+    check(
+        not (m.compile and m.cpu_matmul == "onednn"),
+        "model.compile=true cannot trace model.cpu_matmul='onednn' linears (torch.compile's inductor does not lower "
+        "them); set model.cpu_matmul=auto (oneDNN off while compiling) or torch",
+    )
+    one_of(
+        "model.compile_mode",
+        m.compile_mode,
+        ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+    )
+    if not m.compile:  # train/models.py compiles only with model.compile: the mode and backend were dropped unseen
+        names = ("compile_mode", "compile_backend")
+        unread("model", m, ModelConfig(), names, "with model.compile=false", "set model.compile=true")
+    check(
+        not m.compile or m.compile_backend in torch_backends(),
+        f"model.compile_backend={m.compile_backend!r} is not a torch.compile backend; use one of: "
+        f"{', '.join(torch_backends())}",
+    )
+
+
 def check_record_data(cfg: Config) -> None:
     """record.sinks, data.* and the paths of the dataset and model."""
     m = cfg.model
@@ -106,6 +115,7 @@ def check_record_data(cfg: Config) -> None:
         one_of("record.sinks", sink, ["jsonl", *SINKS])
         hint = missing_package(sink)
         check(hint is None, f"record.sinks: {hint}")
+    check_unread_record(cfg.record)
     d = cfg.data
     one_of("data.chat_template", d.chat_template, ("auto", "always", "never", "conversational"))
     one_of("reward.convention", cfg.reward.convention, ("grpokit", "trl"))
@@ -113,6 +123,7 @@ def check_record_data(cfg: Config) -> None:
     if d.curriculum == "off":  # train/domain_setup.make_sampler reads them for the frontier sampler only
         names = ("curriculum_key", "curriculum_threshold", "curriculum_decay", "curriculum_floor")
         unread("data", d, DataConfig(), names, "with data.curriculum=off", "set data.curriculum=frontier")
+    check_data_sources(d)
     if d.dataset and _looks_like_path(d.dataset):
         check(
             Path(d.dataset).exists(),
@@ -124,6 +135,31 @@ def check_record_data(cfg: Config) -> None:
             Path(m.name_or_path).is_dir(),
             f"model.name_or_path={m.name_or_path!r} does not exist; give a model folder, a hub id, or demo",
         )
+
+
+def check_data_sources(d: DataConfig) -> None:
+    """A data.* field that only a source the run does not use reads (config/data_sources.py ``SOURCE_FIELDS``:
+    data.split with the built-in task, data.task_params beside data.dataset ...), set away from its default, is
+    refused: the run would train on the same rows and exit 0."""
+    for name, readers in unread_fields(d).items():
+        named = " or ".join(READERS[r] for r in readers)
+        eval_note = " and no data.eval_dataset" if "eval_dataset" in readers else ""
+        why = f"with {rows_in_use(d)}{eval_note} (only {named} reads it)"
+        unread("data", d, DataConfig(), [name], why, "use that")
+
+
+def check_unread_record(r: RecordConfig) -> None:
+    """record.samples_* with record.samples_every=0 (no sample is written), and record.project / run_name with
+    no tracker that names its runs (record/trackers.py NAMED_RUNS): refused, as nothing reads them."""
+    from grpokit.record.trackers import NAMED_RUNS
+
+    if not r.samples_every:
+        names = ("samples_prompts", "samples_images")
+        unread("record", r, RecordConfig(), names, "with record.samples_every=0", "set record.samples_every > 0")
+    if not set(r.sinks) & set(NAMED_RUNS):
+        trackers = ", ".join(NAMED_RUNS)
+        why = f"with no tracker that names runs in record.sinks ({trackers})"
+        unread("record", r, RecordConfig(), ("project", "run_name"), why, "add one to record.sinks")
 
 
 def _looks_like_path(s: str) -> bool:

@@ -153,6 +153,30 @@ def check_rollout_engine(cfg: Config) -> None:
         f"rollout.generation_kwargs keys {own} are set elsewhere (the rollout fields temperature, top_p, top_k, "
         "min_p, max_new_tokens, repetition_penalty and stop, or the engine itself); remove them from generation_kwargs",
     )
+    for key in r.generation_kwargs:
+        problem = unknown_generation_key(key)
+        check(problem is None, f"rollout.generation_kwargs {problem}")
+
+
+def generation_settings() -> frozenset[str]:
+    """The settings of transformers' ``GenerationConfig`` (the attributes a default one holds). It accepts any
+    other keyword as well and keeps it as an attribute nothing reads, so a misspelt key would change nothing."""
+    from transformers import GenerationConfig
+
+    return frozenset(k for k in vars(GenerationConfig()) if not k.startswith("_") and k != "transformers_version")
+
+
+def unknown_generation_key(key: str) -> str | None:
+    """One sentence when ``key`` is not a setting of transformers' ``GenerationConfig`` (naming the closest one),
+    else None. Only rollout.engine=generate reads generation_kwargs (the other engines refuse them)."""
+    valid = generation_settings()
+    if key in valid:
+        return None
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else "see transformers' GenerationConfig for its settings"
+    return f"key {key!r} is not a setting of transformers' GenerationConfig (generate() would ignore it); {hint}"
 
 
 def check_partial_rollouts(cfg: Config) -> None:

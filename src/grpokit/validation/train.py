@@ -9,7 +9,7 @@ from grpokit.config.sections import Config, ConfigError
 from grpokit.optim.optimizers import ADAM_FIELDS, OPTIMIZER_FIELDS, OPTIMIZERS, missing_package
 from grpokit.optim.schedule import SCHEDULE_FIELDS, SCHEDULES, WSD_SHAPES
 
-from .checks import check, one_of
+from .checks import check, one_of, unread
 
 
 def check_optim_train(cfg: Config) -> None:
@@ -98,6 +98,9 @@ def check_optim(o: OptimConfig) -> None:
     )
     _unread(o, "schedule", SCHEDULE_FIELDS)
     _unread(o, "optimizer", OPTIMIZER_FIELDS, skip=ADAM_FIELDS)
+    if not o.weight_decay:  # optim/decay.py's groups only say which parameters a decay reaches
+        why, fix = "with optim.weight_decay=0 (nothing decays)", "set optim.weight_decay > 0"
+        unread("optim", o, OptimConfig(), ("decay_norms_and_biases",), why, fix)
 
 
 def _unread(o: OptimConfig, kind: str, reads: dict[str, tuple[str, ...]], skip: tuple[str, ...] = ()) -> None:

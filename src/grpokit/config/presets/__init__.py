@@ -20,8 +20,10 @@ always win, whatever order they are given in. Two rules make a preset fit the ru
   is not a paper's: its batch, generation length and learning rate always apply.
 * A preset fills a feature's settings only where the run has the feature on (``unread``): TRL's
   ``kl_bias_correction`` and ``entropy_aggregation`` (trl-default) apply once algo.beta > 0 or an
-  entropy bonus is given, RLOO's KL in the reward only with its beta, and DAPO's clip range not under
-  algo.objective=sapo (nor a clip_low under cispo, which reads only clip_high). A run with data.domains
+  entropy bonus is given, RLOO's KL in the reward only with its beta. What a registered stage reads is known
+  above this package: ``apply(..., rules=grpokit.validation.unread_rules())`` (as the command line calls it)
+  adds the objectives' rules, so DAPO's clip range is left out under algo.objective=sapo or vespo (and
+  GSPO's clip_low under cispo, which reads only clip_high). A run with data.domains
   gets none of the data fields its domains own (smollm2-math's data.task and data.task_params): each
   domain has its own, and the run's would be refused beside them.
 """
@@ -30,9 +32,10 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-from grpokit.config.algo import UNREAD_UNLESS
+from grpokit.config.algo import UNREAD_UNLESS, Unread
+from grpokit.config.data_sources import unread_fields
 from grpokit.config.io import assigned, set_field, strict_yaml
 from grpokit.config.sections import Config, ConfigError, beside_domains
 
@@ -79,9 +82,13 @@ def split(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     )
 
 
-def apply(name: str, cfg: Config | None = None, paper_scale: bool = False) -> Config:
+def apply(
+    name: str, cfg: Config | None = None, paper_scale: bool = False, rules: Sequence[Unread] = UNREAD_UNLESS
+) -> Config:
     """Fill the fields of ``cfg`` (default: a fresh Config) that were not assigned with the preset's
-    values; the paper-scale fields only when ``paper_scale``. See the module docstring."""
+    values; the paper-scale fields only when ``paper_scale``; none that ``rules`` say the filled run would not
+    read (``grpokit.validation.unread_rules()`` adds the registered objectives' to config/algo.py's). See the
+    module docstring."""
     cfg = cfg if cfg is not None else Config()
     recipe, paper = split(load(name))
     values = {**recipe, **(paper if paper_scale or own_scale(name) else {})}
@@ -100,31 +107,38 @@ def apply(name: str, cfg: Config | None = None, paper_scale: bool = False) -> Co
     fill = {key: value for key, value in values.items() if key not in given}
     if "reward.params" in given and "reward.params" in values:  # per-function mappings: the user's win per function
         set_field(cfg, "reward.params", {**(values["reward.params"] or {}), **cfg.reward.params})
-    for key in unread(fill, cfg):  # a feature the run leaves off (algo.beta=0: the KL's estimator ...)
+    for key in unread(fill, cfg, rules):  # a feature the run leaves off (algo.beta=0: the KL's estimator ...)
         del fill[key]
     for key, value in fill.items():
         set_field(cfg, key, value)
     return cfg
 
 
-def unread(fields: dict[str, Any], cfg: Config) -> list[str]:
+def unread(fields: dict[str, Any], cfg: Config, rules: Sequence[Unread] = UNREAD_UNLESS) -> list[str]:
     """The dotted names among ``fields`` (a preset's values about to fill ``cfg``) that no feature of the filled
-    run would read (config/algo.py ``UNREAD_UNLESS``: the KL's settings with algo.beta=0, the entropy bonus's with
-    none, a clip range under algo.objective=sapo ...): a preset fills the settings of the features it turns on, or
-    the user does, and no other, so ``--preset trl-default`` keeps TRL's KL settings for a run given algo.beta > 0
-    and adds none to one without a KL term (a value the user gives such a field is still refused by validation).
-    Likewise a run with data.domains gets no data.task, data.task_params ... (smollm2-math's): its domains have
-    their own (config/sections.py BESIDE_DOMAINS "own")."""
+    run would read (``rules``, config/algo.py's ``UNREAD_UNLESS`` by default: the KL's settings with algo.beta=0,
+    the entropy bonus's with none ...; validation's ``unread_rules()`` adds a clip range under
+    algo.objective=sapo ...): a preset fills the settings of the features it turns on, or the user does, and no
+    other, so ``--preset trl-default`` keeps TRL's KL settings for a run given algo.beta > 0 and adds none to one
+    without a KL term (a value the user gives such a field is still refused by validation). Likewise a run with
+    data.domains gets no data.task, data.task_params ... (smollm2-math's): its domains have their own
+    (config/sections.py BESIDE_DOMAINS "own"); a run on data.dataset gets none of a task's (nor the data.task its
+    rows replace), a run on a task no data.split (config/data_sources.py)."""
     trial = copy.deepcopy(cfg)
     for key, value in fields.items():
         set_field(trial, key, value)
-    off = {f"algo.{name}" for rule in UNREAD_UNLESS if not rule.on(trial.algo) for name in rule.fields}
+    off = {f"algo.{name}" for rule in rules if not rule.on(trial.algo) for name in rule.fields}
     if trial.data.domains:  # each domain has its own task, task_params ...: the run's would be refused beside them
         off |= {f"data.{name}" for name in beside_domains("own")}
+    off |= {f"data.{name}" for name in unread_fields(trial.data)}  # a source the run does not use (data_sources.py)
+    if trial.data.dataset:  # one's own data replaces the task (train/run_data.py refuses one chosen beside it)
+        off.add("data.task")
     return [key for key in fields if key in off]
 
 
-def resumed(name: str, run: Config, fresh: Config, paper_scale: bool = False) -> Config:
+def resumed(
+    name: str, run: Config, fresh: Config, paper_scale: bool = False, rules: Sequence[Unread] = UNREAD_UNLESS
+) -> Config:
     """``run`` (a resumed run's config) under ``--preset name`` and this command line: a preset fills a run's
     fields at its start, so here it is accepted only where it changes nothing. ``fresh`` is the config this
     command line would start a new run with before the preset (its ``--config`` and overrides); every field the
@@ -133,10 +147,12 @@ def resumed(name: str, run: Config, fresh: Config, paper_scale: bool = False) ->
     run's recipe in the middle (or half of it, as the fields the run's config.yaml holds). The fields the line
     gives take the values a start would give them (the user's reward functions beside the preset's)."""
     given = assigned(fresh)
-    started = apply(name, fresh, paper_scale=paper_scale)
     recipe, paper = split(load(name))
+    values = {**recipe, **(paper if paper_scale or own_scale(name) else {})}
+    skipped = set(unread({k: v for k, v in values.items() if k not in given}, fresh, rules))  # apply fills none
+    started = apply(name, fresh, paper_scale=paper_scale, rules=rules)
     replaced = {f"data.{n}" for n in beside_domains("own")} if run.data.domains else set()  # apply fills none
-    keys = [k for k in {**recipe, **(paper if paper_scale or own_scale(name) else {})} if k not in given | replaced]
+    keys = [k for k in values if k not in given | replaced | skipped]
     keys += ["reward.weights"] * ("reward.functions" in keys and "reward.weights" not in keys)
     differ = [k for k in keys if _value(run, k) != _value(started, k)]
     if differ:

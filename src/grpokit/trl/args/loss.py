@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from grpokit.algo import loss as _registers_objectives  # noqa: F401  (the built-in objectives' declarations)
+from grpokit.algo.registry import objective_spec
 from grpokit.config.sections import ConfigError
 
 from .batch import rounds_per
@@ -28,6 +30,7 @@ _AGGREGATION = {
     "luspo": "seq-mean-token-sum",
     "vespo": "token-mean",
 }  # TRL normalises cispo/vespo as dapo, sapo as grpo
+_OBJECTIVE = {"cispo": "cispo", "sapo": "sapo", "vespo": "vespo"}  # the others: the clipped surrogate
 
 
 def loss_fields(a: TrlArgs, ctx: dict) -> dict[str, Any]:
@@ -83,10 +86,10 @@ def _vespo(a: TrlArgs) -> dict[str, Any]:
 def clip_fields(a: TrlArgs, ctx: dict) -> dict[str, Any]:
     high = a.epsilon if a.epsilon_high is None else a.epsilon_high
     out = {"algo.clip_low": a.epsilon, "algo.clip_high": high, "algo.dual_clip": 0.0}
-    if a.loss_type == "sapo":  # TRL's SAPO reads neither epsilon (its soft gate clips nothing): inert, as there
-        out = {"algo.dual_clip": 0.0}
-    elif a.loss_type == "cispo":  # TRL's CISPO caps its weight at epsilon_high only: epsilon is inert there
-        del out["algo.clip_low"]
+    # TRL's SAPO and VESPO read neither epsilon, its CISPO only epsilon_high: inert there, as the objective
+    # grpokit runs for them declares (ObjectiveSpec.reads_clip), so the rest is left at grpokit's default
+    reads = objective_spec(_OBJECTIVE.get(a.loss_type, "clip")).reads_clip()
+    out = {k: v for k, v in out.items() if k == "algo.dual_clip" or k.removeprefix("algo.") in reads}
     if a.delta is not None:  # TRL's two-sided clipping caps the ratio at delta: dual-clip PPO's bound for A < 0
         if a.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
             raise ConfigError(
@@ -175,8 +178,8 @@ CLIPPING = Rule(
     ("epsilon", "epsilon_high", "delta"),
     ("algo.clip_low", "algo.clip_high", "algo.dual_clip"),
     "epsilon_high None: epsilon; delta (two-sided clipping, capping the ratio where A < 0) is dual_clip, "
-    "only above 1 + epsilon_high (below it TRL's cap also clips A > 0); with loss_type sapo neither epsilon is "
-    "read, with cispo epsilon is not (inert, as in TRL)",
+    "only above 1 + epsilon_high (below it TRL's cap also clips A > 0); with loss_type sapo or vespo neither "
+    "epsilon is read, with cispo epsilon is not (inert, as in TRL)",
     clip_fields,
 )
 

@@ -260,7 +260,7 @@ LEARNING_RATE = Rule(
         "optim.decay_norms_and_biases",
     ),
     "copied; max_grad_norm <= 0: no clipping (0), as transformers; weight_decay reaches the parameters "
-    "transformers' Trainer decays, not biases and norm weights (decay_norms_and_biases false)",
+    "transformers' Trainer decays, not biases and norm weights (decay_norms_and_biases false, with a decay)",
     lambda a, ctx: {
         "optim.lr": a.learning_rate,
         "optim.weight_decay": a.weight_decay,
@@ -268,7 +268,8 @@ LEARNING_RATE = Rule(
         "optim.adam_beta2": a.adam_beta2,
         "optim.adam_eps": a.adam_epsilon,
         "optim.max_grad_norm": max(a.max_grad_norm, 0.0),
-        "optim.decay_norms_and_biases": False,  # transformers' two parameter groups (optim/decay.py)
+        # transformers' two parameter groups (optim/decay.py), which only say where a weight decay reaches
+        **({"optim.decay_norms_and_biases": False} if a.weight_decay else {}),
     },
 )
 

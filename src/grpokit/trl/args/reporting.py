@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from grpokit.record.trackers import NAMED_RUNS
+
 from .batch import epoch_rounds
 from .predicates import is_int, is_number
 from .rule import Rule, TrlArgs, every_steps, refuse
@@ -40,7 +42,7 @@ def _logging(a: TrlArgs, ctx: dict) -> dict[str, Any]:
     return {
         "record.sinks": ([] if a.disable_tqdm else ["console"]) + reports,
         "record.console_every": every,
-        "record.run_name": a.run_name or "",
+        "record.run_name": (a.run_name or "") if set(reports) & set(NAMED_RUNS) else "",  # read by those only
         "record.project": a.project if "trackio" in reports else "",
         "record.samples_every": every if a.log_completions else 0,
     }
@@ -48,6 +50,8 @@ def _logging(a: TrlArgs, ctx: dict) -> dict[str, Any]:
 
 def _samples(a: TrlArgs, ctx: dict) -> dict[str, Any]:
     n = a.num_completions_to_print
+    if not a.log_completions:  # TRL reads both only when it logs completions (record.samples_every=0: none)
+        return {}
     # <= 0: TRL prints none; grpokit prints no completions anyway and keeps its samples.jsonl
     out = {"record.samples_images": bool(a.log_multimodal)}
     return out if n is None or n <= 0 else {**out, "record.samples_prompts": math.ceil(n / a.num_generations)}
@@ -69,7 +73,8 @@ LOGGING = Rule(
     ("record.sinks", "record.console_every", "record.samples_every", "record.run_name", "record.project"),
     "report_to trackers join the console, fed log_history's entries at TRL's steps (see Callbacks); "
     "log_completions writes samples.jsonl every logging_steps; project is "
-    "the Trackio project with report_to trackio (as transformers; other trackers keep grpokit's); "
+    "the Trackio project with report_to trackio (as transformers; other trackers keep grpokit's); run_name "
+    "names the runs of wandb, mlflow and trackio (tensorboard's and no tracker's read none, as transformers); "
     "trackio_space_id, "
     "trackio_bucket_id and trackio_static_space_id are accepted when nothing reports to trackio "
     "(transformers reads "
@@ -85,7 +90,7 @@ SAMPLES = Rule(
     "whole groups: ceil(num_completions_to_print / num_generations) prompts per sample dump (None or <= 0: "
     "grpokit's 2; TRL prints none at <= 0, grpokit prints no completions to the console); log_multimodal: "
     "image prompts' sample rows get their image (images/*.png, an image column), as TRL logs them with its "
-    "completions; False: text only",
+    "completions; False: text only; both read only with log_completions, as TRL",
     _samples,
 )
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from grpokit.algo.tis import TIS_MODES
 from grpokit.config.sections import ConfigError
-from grpokit.validation.rollout import GENERATE_OWN_KEYS
+from grpokit.validation.rollout import GENERATE_OWN_KEYS, unknown_generation_key
 
 from .predicates import Gate, above, at_least, is_number, within
 from .rule import Rule, TrlArgs, refuse
@@ -45,6 +45,8 @@ def _generation(a: TrlArgs, ctx: dict) -> dict[str, Any]:
                 + ", ".join(GENERATE_OWN_KEYS[7:])
                 + " (TRL and grpokit set them from the tokenizer and one completion per row)",
             )
+        elif (problem := unknown_generation_key(key)) is not None:  # TRL's GenerationConfig would keep it unread
+            raise ConfigError(f"GRPOConfig argument generation_kwargs {problem}")
         else:
             extra[key] = value
     cache = extra.pop("cache_implementation", a.cache_implementation)  # TRL: generation_kwargs override its own
@@ -63,9 +65,8 @@ def _generation(a: TrlArgs, ctx: dict) -> dict[str, Any]:
         out.update(
             {"rollout.engine": "generate", "rollout.generation_kwargs": extra}
         )  # TRL hands them to model.generate
-    out["env.max_episode_tokens"] = (
-        a.max_completion_length
-    )  # TRL: a tool episode's whole completion, tool results included
+    if ctx.get("episodes", True):  # TRL: a tool episode's whole completion, tool results included
+        out["env.max_episode_tokens"] = a.max_completion_length
     return out
 
 
@@ -168,7 +169,9 @@ GENERATION = Rule(
     "to transformers' generate() as TRL does (no sampling logprobs then; not with use_vllm); cache_implementation "
     "static or dynamic picks grpokit's decode loop of that cache, another (offloaded ...) "
     "engine=generate with it, as "
-    "TRL's generation config (ignored with use_vllm, as TRL); with tools the whole episode (tool "
+    "TRL's generation config (ignored with use_vllm, as TRL); a key that is no setting of transformers' "
+    "GenerationConfig (a typo: TRL's GenerationConfig keeps it unread) is refused, naming the closest; with tools "
+    "(or an environment_factory) the whole episode (tool "
     "results included) is capped at max_completion_length, as TRL",
     _generation,
 )
@@ -187,10 +190,14 @@ TOOL_TURNS = Rule(
     ("max_tool_calling_iterations",),
     ("env.max_turns",),
     "model turns = iterations + 1 (a negative count as 0); None (TRL: no limit) is env.max_turns=0, no turn "
-    "limit, the episode bounded by max_completion_length as TRL's is",
+    "limit, the episode bounded by max_completion_length as TRL's is; set only for a trainer with tools or an "
+    "environment_factory (TRL reads it only there)",
     lambda a, ctx: (
-        # a negative count runs no tool round in TRL (``iteration_num < max``), as 0 does: one model turn
+        # a negative count runs no tool round in TRL (``iteration_num < max``), as 0 does: one model turn; read
+        # only in tool episodes (tools or an environment_factory), as TRL's
         {"env.max_turns": 0 if a.max_tool_calling_iterations is None else max(0, a.max_tool_calling_iterations) + 1}
+        if ctx.get("episodes", True)
+        else {}
     ),
 )
 
