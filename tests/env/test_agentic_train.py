@@ -477,3 +477,20 @@ def test_trainer_with_a_chat_template_and_an_environment(tmp_path):
         m["rewards/reward/mean"] == 1.0 and m["rewards/Counter/mean"] == 1.0 and m["reward"] == 2.0
     )  # ours + get_reward
     assert seen["c"][0][1] == {"role": "tool", "name": "add", "content": "2"} and seen["e"][0].count == 4
+
+
+@pytest.mark.parametrize(
+    "given, named",
+    [
+        ({"tools": (calculator,)}, "tools="),
+        ({"tools": (), "environment_factory": lambda: None}, "environment_factory="),
+        ({"tools": (), "env.tools": "[calculator]"}, "env.tools=['calculator']"),
+    ],
+)
+def test_a_rollout_func_beside_tools_is_refused_before_the_run_folder(tag_model_dir, tmp_path, given, named):
+    """TRL runs its tool loop on a rollout_func's completions; grpokit's episode loop is the stage the function
+    replaces, so the tools would never be called (before: trained with exit 0, no tool ever run)."""
+    with pytest.raises(ConfigError) as e:
+        trainer(tag_model_dir, tmp_path / "r", rollout_func=lambda prompts, trainer: {}, **given)
+    assert f"so {named} would never be called" in str(e.value) and "inside the rollout_func" in str(e.value)
+    assert not (tmp_path / "r").exists()

@@ -67,14 +67,34 @@ def settle_config(cfg: Config, own_rows: bool) -> Config:
     return validate(domain_setup.settle_domains(run_data.resolve_run(cfg, own_rows=own_rows)))
 
 
-def check_rollout_func(cfg: Config, rollout_func: Callable | None) -> None:
-    """TRL's ``rollout_func`` samples each step's batch itself: an asynchronous sampler's prefetched batches
-    would be trained in its place (the function called only for refills), so the pair is refused."""
+def check_rollout_func(cfg: Config, rollout_func: Callable | None, tools=None, environment_factory=None) -> None:
+    """TRL's ``rollout_func`` samples each step's batch itself. Refused beside it, each in one sentence: an
+    asynchronous sampler (its prefetched batches would be trained in the function's place, the function called
+    only for refills), and tools or an environment (TRL runs its tool loop on the function's completions;
+    grpokit's episode loop is stage 2, which the function replaces, so the tools would never be called)."""
+    if rollout_func is None:
+        return
     s = cfg.rollout.async_staleness
-    if rollout_func is not None and s > 0:
+    if s > 0:
         raise ConfigError(
             f"a rollout_func samples every batch itself, so rollout.async_staleness={s} would train the "
             "asynchronous sampler's batches instead and call it only for refills; set rollout.async_staleness=0"
+        )
+    given = [
+        what
+        for what, on in (
+            ("tools=", bool(tools)),
+            ("environment_factory=", environment_factory is not None),
+            (f"env.tools={cfg.env.tools}", bool(cfg.env.tools)),
+            (f"env.environment={cfg.env.environment!r}", bool(cfg.env.environment)),
+        )
+        if on
+    ]
+    if given:
+        raise ConfigError(
+            f"a rollout_func samples every batch itself and grpokit does not run the tool loop on its completions "
+            f"as TRL does, so {' and '.join(given)} would never be called; call the tools inside the rollout_func "
+            "(its env_mask marks their tokens), or drop the rollout_func to let grpokit run the episodes"
         )
 
 

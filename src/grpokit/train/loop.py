@@ -88,7 +88,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
     ):
         refuse_in_worker_start("a grpokit Trainer")  # before any file or model: a worker re-running the script
         self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
-        build.check_rollout_func(cfg, rollout_func)
+        build.check_rollout_func(cfg, rollout_func, tools, environment_factory)
         self.quiet = quiet
         self._open_run_dir(resume, start_if_no_checkpoint)  # the run folder, locked for one writer
         self._join_processes()  # threads and seeds, torchrun's process group, the device
