@@ -4,7 +4,6 @@ across processes is refused in TRL's own terms."""
 
 import json
 from datetime import timedelta
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,6 +14,7 @@ from grpokit.config import ConfigError
 from grpokit.trl import GRPOConfig
 from grpokit.trl.bridge import StepBridge
 from grpokit.trl.mapping import to_config
+from grpokit.types import Rollout
 
 
 class _OtherRank:
@@ -39,8 +39,13 @@ def test_a_rounds_tokens_and_terminated_lengths_are_every_processes():
     # The job: 32 tokens; terminated [2, 5, 1]: mean 8/3, min 1, max 5 (this rank alone: 12 and 2, 2, 2)
     bridge = StepBridge(GRPOConfig("o", max_steps=1), [], 1, dict, lambda p, s: None, {})
     bridge.dist = _OtherRank(sums=[1.0, 20.0], done=[5, 1])  # calls, then tokens
-    rollout = SimpleNamespace(group_size=2, prompt_ids=[[7, 8, 9]], completion_ids=[[1, 2], [1, 2, 3, 4]])
-    rollout.finish_reasons = ["eos", "length"]
+    rollout = Rollout(
+        prompt_ids=[[7, 8, 9]],
+        completion_ids=[[1, 2], [1, 2, 3, 4]],
+        sampling_logprobs=[[0.0] * 2, [0.0] * 4],
+        finish_reasons=["eos", "length"],
+        group_size=2,
+    )
     bridge.add_sampled(rollout, [2, 4])
     bridge.sampled_round({"reward": 1.0})
     assert bridge.state.num_input_tokens_seen == 32
