@@ -100,5 +100,10 @@ def test_a_preset_fills_no_data_field_of_a_source_the_run_does_not_use(tmp_path,
     (tmp_path / "t.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n')
     cfg = presets.apply("smollm2-math", apply_overrides(Config(), ["data.dataset=t.jsonl"]))
     assert (cfg.data.task, cfg.data.task_params, cfg.rollout.group_size) == ("arithmetic", {}, 8)
+    # its train.eval_every=6 neither: no data.eval_dataset, no held-out rows (before: refused at build, naming a
+    # field the user never set); with one it is filled
+    assert cfg.train.eval_every == 0
+    held = ["data.dataset=t.jsonl", "data.eval_dataset=t.jsonl"]
+    assert presets.apply("smollm2-math", apply_overrides(Config(), held)).train.eval_every == 6
     validate(resolve_run(cfg))
     assert cfg.data.task == ""

@@ -173,6 +173,10 @@ def test_beam_search_and_other_generate_options_pick_the_generate_engine():
         to_config(GRPOConfig(generation_kwargs={"num_return_sequences": 2}), num_rows=4)
     with pytest.raises(ConfigError, match=r"generation_kwargs=\{'num_beams': 2\}.*with use_vllm only"):
         to_config(GRPOConfig(use_vllm=True, generation_kwargs={"num_beams": 2}), num_rows=4)
+    # a vLLM SamplingParams key that GenerationConfig lacks: the use_vllm sentence, not "not a setting of
+    # transformers' GenerationConfig" (false under vLLM)
+    with pytest.raises(ConfigError, match=r"generation_kwargs=\{'seed': 1\}.*with use_vllm only"):
+        to_config(GRPOConfig(use_vllm=True, generation_kwargs={"seed": 1}), num_rows=4)
 
 
 def test_trls_generation_kwargs_test_arguments_train_through_generate(chat_model, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from grpokit.algo.tis import TIS_MODES, has_sampler_mismatch
@@ -158,6 +159,7 @@ def check_rollout_engine(cfg: Config) -> None:
         check(problem is None, f"rollout.generation_kwargs {problem}")
 
 
+@functools.cache
 def generation_settings() -> frozenset[str]:
     """The settings of transformers' ``GenerationConfig`` (the attributes a default one holds). It accepts any
     other keyword as well and keeps it as an attribute nothing reads, so a misspelt key would change nothing."""

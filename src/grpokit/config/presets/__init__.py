@@ -123,7 +123,8 @@ def unread(fields: dict[str, Any], cfg: Config, rules: Sequence[Unread] = UNREAD
     without a KL term (a value the user gives such a field is still refused by validation). Likewise a run with
     data.domains gets no data.task, data.task_params ... (smollm2-math's): its domains have their own
     (config/sections.py BESIDE_DOMAINS "own"); a run on data.dataset gets none of a task's (nor the data.task its
-    rows replace), a run on a task no data.split (config/data_sources.py)."""
+    rows replace), a run on a task no data.split (config/data_sources.py), and a run without held-out rows no
+    train.eval_every."""
     trial = copy.deepcopy(cfg)
     for key, value in fields.items():
         set_field(trial, key, value)
@@ -133,6 +134,8 @@ def unread(fields: dict[str, Any], cfg: Config, rules: Sequence[Unread] = UNREAD
     off |= {f"data.{name}" for name in unread_fields(trial.data)}  # a source the run does not use (data_sources.py)
     if trial.data.dataset:  # one's own data replaces the task (train/run_data.py refuses one chosen beside it)
         off.add("data.task")
+    if (trial.data.dataset and not trial.data.eval_dataset) or trial.data.eval_size == 0:
+        off.add("train.eval_every")  # no held-out rows to evaluate (train/run_data.py refuse_idle_evaluation)
     return [key for key in fields if key in off]
 
 

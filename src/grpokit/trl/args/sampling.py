@@ -45,7 +45,9 @@ def _generation(a: TrlArgs, ctx: dict) -> dict[str, Any]:
                 + ", ".join(GENERATE_OWN_KEYS[7:])
                 + " (TRL and grpokit set them from the tokenizer and one completion per row)",
             )
-        elif (problem := unknown_generation_key(key)) is not None:  # TRL's GenerationConfig would keep it unread
+        elif (
+            not a.use_vllm and (problem := unknown_generation_key(key)) is not None
+        ):  # vLLM's keys: refused below  # TRL's GenerationConfig would keep it unread
             raise ConfigError(f"GRPOConfig argument generation_kwargs {problem}")
         else:
             extra[key] = value
