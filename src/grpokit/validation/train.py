@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from grpokit.config.health import LIVE_ONLY, HealthConfig
 from grpokit.config.optim import OptimConfig
 from grpokit.config.sections import Config, ConfigError
 from grpokit.optim.optimizers import ADAM_FIELDS, OPTIMIZER_FIELDS, OPTIMIZERS, missing_package
@@ -165,6 +166,9 @@ def check_reward_env(cfg: Config) -> None:
         dataclasses.replace(cfg.health)
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
+    if not cfg.health.enabled:  # the doctor reads the thresholds; only the live monitors read these
+        why = "with health.enabled=false (only the live monitors read it, not the doctor)"
+        unread("health", cfg.health, HealthConfig(), LIVE_ONLY, why, "set health.enabled=true")
     e = cfg.env
     check(e.max_turns >= 0, f"env.max_turns={e.max_turns} must be at least 1, or 0 for no turn limit")
     check(
