@@ -14,7 +14,7 @@ always win, whatever order they are given in. Two rules make a preset fit the ru
 * "task" in a preset's ``reward.functions`` stands for the run's own reward: when the user named
   reward functions, they take its place (weights multiplied by the preset's weight for "task"), so
   DAPO on one's own data is the user's reward plus the overlong penalty; "task" in the preset's
-  algo.dynamic_sampling_on becomes the user's functions too (without any, the functions passed to the
+  reward.judge becomes the user's functions too (without any, the functions passed to the
   Trainer, which take "task"'s place when the run has no task).
 * A preset made for this scale of machine (``scale: own`` at the top of its file: smollm2-math)
   is not a paper's: its batch, generation length and learning rate always apply.
@@ -37,7 +37,7 @@ from typing import Any, Sequence
 from grpokit.config.algo import UNREAD_UNLESS, Unread
 from grpokit.config.data_sources import unread_fields
 from grpokit.config.io import assigned, set_field, strict_yaml
-from grpokit.config.sections import Config, ConfigError, beside_domains
+from grpokit.config.sections import Config, ConfigError, beside_domains, judge_readers
 
 HERE = Path(__file__).parent
 PAPER_SCALE = ("train.prompts_per_step", "rollout.max_new_tokens", "optim.lr")
@@ -98,11 +98,9 @@ def apply(
         values["reward.functions"], values["reward.weights"] = _merge_rewards(
             values["reward.functions"], values.get("reward.weights") or [], own, list(cfg.reward.weights)
         )
-        if own and "algo.dynamic_sampling_on" in values:  # "task" there: the same functions as in reward.functions
-            on = values["algo.dynamic_sampling_on"]
-            values["algo.dynamic_sampling_on"] = list(
-                dict.fromkeys(n for x in on for n in (own if x == "task" else [x]))
-            )
+        if own and "reward.judge" in values:  # "task" there: the same functions as in reward.functions
+            judge = values["reward.judge"]
+            values["reward.judge"] = list(dict.fromkeys(n for x in judge for n in (own if x == "task" else [x])))
         given = given - {"reward.functions", "reward.weights"}
     fill = {key: value for key, value in values.items() if key not in given}
     if "reward.params" in given and "reward.params" in values:  # per-function mappings: the user's win per function
@@ -123,8 +121,8 @@ def unread(fields: dict[str, Any], cfg: Config, rules: Sequence[Unread] = UNREAD
     without a KL term (a value the user gives such a field is still refused by validation). Likewise a run with
     data.domains gets no data.task, data.task_params ... (smollm2-math's): its domains have their own
     (config/sections.py BESIDE_DOMAINS "own"); a run on data.dataset gets none of a task's (nor the data.task its
-    rows replace), a run on a task no data.split (config/data_sources.py), and a run without held-out rows no
-    train.eval_every."""
+    rows replace), a run on a task no data.split (config/data_sources.py), a run without held-out rows no
+    train.eval_every, and a run where nothing judges completions (sections.judge_readers) no reward.judge."""
     trial = copy.deepcopy(cfg)
     for key, value in fields.items():
         set_field(trial, key, value)
@@ -134,6 +132,8 @@ def unread(fields: dict[str, Any], cfg: Config, rules: Sequence[Unread] = UNREAD
     off |= {f"data.{name}" for name in unread_fields(trial.data)}  # a source the run does not use (data_sources.py)
     if trial.data.dataset:  # one's own data replaces the task (train/run_data.py refuses one chosen beside it)
         off.add("data.task")
+    if not judge_readers(trial):  # no dynamic sampling, frontier curriculum or error correction judges
+        off.add("reward.judge")
     if (trial.data.dataset and not trial.data.eval_dataset) or trial.data.eval_size == 0:
         off.add("train.eval_every")  # no held-out rows to evaluate (train/run_data.py refuse_idle_evaluation)
     return [key for key in fields if key in off]
