@@ -82,14 +82,11 @@ def split(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     )
 
 
-def apply(
-    name: str, cfg: Config | None = None, paper_scale: bool = False, rules: Sequence[Unread] = UNREAD_UNLESS
-) -> Config:
-    """Fill the fields of ``cfg`` (default: a fresh Config) that were not assigned with the preset's
-    values; the paper-scale fields only when ``paper_scale``; none that ``rules`` say the filled run would not
-    read (``grpokit.validation.unread_rules()`` adds the registered objectives' to config/algo.py's). See the
-    module docstring."""
-    cfg = cfg if cfg is not None else Config()
+def plan(name: str, cfg: Config, paper_scale: bool = False, rules: Sequence[Unread] = UNREAD_UNLESS) -> dict[str, Any]:
+    """The fields ``apply`` fills in ``cfg`` and their values, in the preset's order: the preset's fields that were
+    not assigned (the paper-scale ones only with ``paper_scale``), "task" in its reward lists replaced by the user's
+    functions, reward.params merged per function, and none that ``rules`` say the filled run would not read. The
+    one account of what a preset fills: ``apply`` sets it at a run's start, ``resumed`` holds a run to it."""
     recipe, paper = split(load(name))
     values = {**recipe, **(paper if paper_scale or own_scale(name) else {})}
     given = assigned(cfg)
@@ -104,10 +101,21 @@ def apply(
         given = given - {"reward.functions", "reward.weights"}
     fill = {key: value for key, value in values.items() if key not in given}
     if "reward.params" in given and "reward.params" in values:  # per-function mappings: the user's win per function
-        set_field(cfg, "reward.params", {**(values["reward.params"] or {}), **cfg.reward.params})
+        fill["reward.params"] = {**(values["reward.params"] or {}), **cfg.reward.params}
     for key in unread(fill, cfg, rules):  # a feature the run leaves off (algo.beta=0: the KL's estimator ...)
         del fill[key]
-    for key, value in fill.items():
+    return fill
+
+
+def apply(
+    name: str, cfg: Config | None = None, paper_scale: bool = False, rules: Sequence[Unread] = UNREAD_UNLESS
+) -> Config:
+    """Fill the fields of ``cfg`` (default: a fresh Config) that were not assigned with the preset's
+    values; the paper-scale fields only when ``paper_scale``; none that ``rules`` say the filled run would not
+    read (``grpokit.validation.unread_rules()`` adds the registered objectives' to config/algo.py's): ``plan``'s
+    fields. See the module docstring."""
+    cfg = cfg if cfg is not None else Config()
+    for key, value in plan(name, cfg, paper_scale, rules).items():
         set_field(cfg, key, value)
     return cfg
 
@@ -145,17 +153,18 @@ def resumed(
     """``run`` (a resumed run's config) under ``--preset name`` and this command line: a preset fills a run's
     fields at its start, so here it is accepted only where it changes nothing. ``fresh`` is the config this
     command line would start a new run with before the preset (its ``--config`` and overrides); every field the
-    preset would then fill must already hold that value in ``run``, as it does when the job that started the
-    run passes the same line on every start. Otherwise one sentence: applying the preset now would change the
-    run's recipe in the middle (or half of it, as the fields the run's config.yaml holds). The fields the line
-    gives take the values a start would give them (the user's reward functions beside the preset's)."""
+    preset would then fill (``plan``, what ``apply`` fills) must already hold that value in ``run``, as it does
+    when the job that started the run passes the same line on every start. Otherwise one sentence: applying the
+    preset now would change the run's recipe in the middle (or half of it, as the fields the run's config.yaml
+    holds). The fields the line gives take the values a start would give them (the user's reward functions
+    beside the preset's)."""
     given = assigned(fresh)
-    recipe, paper = split(load(name))
-    values = {**recipe, **(paper if paper_scale or own_scale(name) else {})}
-    skipped = set(unread({k: v for k, v in values.items() if k not in given}, fresh, rules))  # apply fills none
-    started = apply(name, fresh, paper_scale=paper_scale, rules=rules)
-    replaced = {f"data.{n}" for n in beside_domains("own")} if run.data.domains else set()  # apply fills none
-    keys = [k for k in values if k not in given | replaced | skipped]
+    fill = plan(name, fresh, paper_scale, rules)
+    started = copy.deepcopy(fresh)
+    for key, value in fill.items():
+        set_field(started, key, value)
+    replaced = {f"data.{n}" for n in beside_domains("own")} if run.data.domains else set()  # a start fills none
+    keys = [k for k in fill if k not in given | replaced]
     keys += ["reward.weights"] * ("reward.functions" in keys and "reward.weights" not in keys)
     differ = [k for k in keys if _value(run, k) != _value(started, k)]
     if differ:
