@@ -253,6 +253,16 @@ class ScoredBatch:
             return torch.ones(self.total_N.shape[0], dtype=torch.bool)
         return ~self.rewards_NF.isnan().all(dim=1)
 
+    def judged(self, columns: list[int] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """What says whether each completion is right (reward.judge): the sum of the ``columns`` of rewards_NF
+        (the judge's functions' own values, unweighted; one that gave no value adds nothing) and whether any of
+        them scored the row; None: ``total_N`` and ``scored_N``, the reward as trained. Two ``(N,)`` tensors,
+        read alike by dynamic sampling, the frontier curriculum and EDGE-GRPO's error correction."""
+        if columns is None:
+            return self.total_N, self.scored_N
+        cols = self.rewards_NF[:, columns]  # (N, J), NaN where a function gave no value
+        return cols.nansum(dim=1), ~cols.isnan().all(dim=1)
+
 
 def repeat_columns(prompts: list[Prompt], group_size: int = 1) -> dict[str, list[Any]]:
     """The dataset's extra columns, one entry per completion (each prompt's value repeated G times):

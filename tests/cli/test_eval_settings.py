@@ -147,13 +147,46 @@ def test_overrides_eval_reads_pass():
 
 
 def test_columns_are_a_datasets_and_task_params_a_tasks(tmp_path):
-    with pytest.raises(ConfigError, match="data.prompt_column names a column of a dataset, but a task's rows"):
+    with pytest.raises(ConfigError) as e:
         _settings(["data.prompt_column=q"], None)
+    assert str(e.value) == (
+        "data.prompt_column is read only with data.dataset or data.eval_dataset, but grpokit eval evaluates the "
+        "held-out rows of the task 'arithmetic'; leave it out"
+    )
     run, data = _run(tmp_path)
-    with pytest.raises(ConfigError, match=f"data.task_params.x is a task's parameter, but the dataset {data}"):
+    with pytest.raises(ConfigError) as e:
         _settings(["--model", str(run), "data.task_params.x=1"], run)
+    assert str(e.value) == (
+        "data.task_params.x is read only with a built-in task (data.task, with data.dataset empty), but grpokit eval "
+        f"evaluates the dataset {data}; leave it out"
+    )
     with pytest.raises(ConfigError, match="reward.params is not read: the task's verifier grades"):
         _settings(["reward.params.task={}"], None)
+
+
+@pytest.mark.parametrize("rows", ["task", "dataset"])
+def test_which_row_overrides_eval_refuses_is_the_data_sources_table(tmp_path, rows, monkeypatch):
+    """Every data.* field eval takes as an override and config/data_sources.py's SOURCE_FIELDS gives a source: read
+    where the evaluated rows' source reads it (a task's: data.task_params; a dataset's: the two columns), refused
+    elsewhere. The table decides, so a field it gives to one source is refused for the others' rows: with
+    data.system_prompt made a task's alone (a change of the table only), eval refuses it beside a dataset's rows
+    (before, eval's own two rows of the table let it through)."""
+    from grpokit.cli.eval_settings import READ
+    from grpokit.config import data_sources
+
+    data = tmp_path / "d.csv"
+    data.write_text(CSV)
+    base = ["--dataset", str(data), "--reward", "evalmod:always_one"] if rows == "dataset" else []
+    source = "dataset" if rows == "dataset" else "task"
+    table = {**data_sources.SOURCE_FIELDS, "task": ("task_params", "system_prompt")}
+    monkeypatch.setattr(data_sources, "SOURCE_FIELDS", table)
+    values = {"task_params": "{}", "prompt_column": "question", "answer_column": "answer", "system_prompt": "Hi."}
+    for field in {f for fields in table.values() for f in fields} & set(READ["data"]):
+        if field in table[source] or (source == "dataset" and field in table["eval_dataset"]):
+            _settings([*base, f"data.{field}={values[field]}"], None)
+        else:
+            with pytest.raises(ConfigError, match=rf"^data\.{field} is read only with .*, but grpokit eval evaluates"):
+                _settings([*base, f"data.{field}={values[field]}"], None)
 
 
 @pytest.mark.parametrize(

@@ -55,20 +55,23 @@ def test_dynamic_sampling_needs_updates_that_cut_every_group_count_evenly():
 def test_the_dapo_preset_and_variant_judge_groups_by_the_runs_own_reward():
     # DAPO: a group stays when some but not all answers are correct (verl filter_groups.metric=acc), so the
     # preset and the variant judge by "task", the run's own reward, not by the total with the overlong penalty
-    assert presets.apply("dapo", Config()).algo.dynamic_sampling_on == ["task"]
-    assert "algo.dynamic_sampling_on=[task]" in VARIANTS["dapo"][1]
+    assert presets.apply("dapo", Config()).reward.judge == ["task"]
+    assert "reward.judge=[task]" in VARIANTS["dapo"][1]
     # reward functions of one's own take "task"'s place there as in reward.functions
     cfg = presets.apply("dapo", apply_overrides(Config(), ["reward.functions=[math_accuracy, 'my.mod:fmt']"]))
     assert cfg.reward.functions == ["math_accuracy", "my.mod:fmt", "overlong_penalty"]
-    assert cfg.algo.dynamic_sampling_on == ["math_accuracy", "my.mod:fmt"]
+    assert cfg.reward.judge == ["math_accuracy", "my.mod:fmt"]
     # none named (reward.functions=[] beside passed functions): "task" stays, the passed functions at training
     cfg = presets.apply("dapo", apply_overrides(Config(), ["reward.functions=[]"]))
-    assert cfg.reward.functions == ["overlong_penalty"] and cfg.algo.dynamic_sampling_on == ["task"]
-    # a value the user gives wins; dynamic sampling off: the preset fills no setting of it
-    cfg = presets.apply("dapo", apply_overrides(Config(), ["algo.dynamic_sampling_on=[]"]))
-    assert cfg.algo.dynamic_sampling_on == []
+    assert cfg.reward.functions == ["overlong_penalty"] and cfg.reward.judge == ["task"]
+    # a value the user gives wins, in either spelling; dynamic sampling off: the preset fills no judge (nothing
+    # else reads it there), but a frontier curriculum beside it reads the preset's
+    for spelling in ("reward.judge", "algo.dynamic_sampling_on"):
+        assert presets.apply("dapo", apply_overrides(Config(), [f"{spelling}=[]"])).reward.judge == []
     cfg = presets.apply("dapo", apply_overrides(Config(), ["algo.dynamic_sampling=false"]))
-    assert cfg.algo.dynamic_sampling_on == []
+    assert cfg.reward.judge == []
     validate(cfg)
-    with pytest.raises(ConfigError, match=r"algo.dynamic_sampling_on=\['task'\] has no effect unless algo.dynamic"):
+    cfg = presets.apply("dapo", apply_overrides(Config(), ["algo.dynamic_sampling=false", "data.curriculum=frontier"]))
+    assert cfg.reward.judge == ["task"]
+    with pytest.raises(ConfigError, match=r"reward.judge=\['task'\] has no effect unless algo.dynamic_sampling"):
         validate(apply_overrides(Config(), ["algo.dynamic_sampling_on=[task]"]))

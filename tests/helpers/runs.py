@@ -14,6 +14,21 @@ def likes_a(prompts, completions, **kwargs):
     return [min(1.0, c.count("a") / 3) for c in completions]
 
 
+def has_a(prompts, completions, **kwargs):
+    """A binary verifier: 1 when the completion holds an 'a' (ROWS' gold answer), else 0."""
+    return [1.0 if "a" in c else 0.0 for c in completions]
+
+
+def half(prompts, completions, **kwargs):
+    """A format bonus every completion earns: 0.5."""
+    return [0.5 for _ in completions]
+
+
+def gold_answer(answer):
+    """EDGE-GRPO's renderer (algo.error_correction_fn): the row's gold answer as the completion."""
+    return str(answer)
+
+
 ROWS = [{"prompt": p, "answer": "a"} for p in ("ab", "cd", "ef", "gh", "ij", "12", "34", "56")]
 
 

@@ -24,7 +24,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
             "algo.clip_high=0.28",
             "algo.aggregation=token-mean",
             "algo.dynamic_sampling=true",
-            "algo.dynamic_sampling_on=[task]",  # DAPO: some but not all correct, the overlong penalty aside
+            "reward.judge=[task]",  # DAPO: some but not all correct, the overlong penalty aside
             "reward.functions=[task, overlong_penalty]",
             "reward.params={overlong_penalty: {max_length: 8, cache_length: 2}}",
         ],
@@ -86,6 +86,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
             "algo.entropy_advantage=true",
             "algo.error_correction=gold",
             "algo.error_correction_fn=grpokit.data.tasks.arithmetic:format_completion",
+            "reward.judge=[task]",  # EDGE-GRPO: a group is all wrong by its verifier, whatever else the reward holds
         ],
     ),
     "gtpo": (

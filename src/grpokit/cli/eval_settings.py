@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from grpokit.config.data_sources import unread_fields
+from grpokit.config.data_sources import READERS, unread_fields
 from grpokit.config.io import apply_overrides
 from grpokit.config.sections import Config, ConfigError, DataConfig, EnvConfig, RolloutConfig
 from grpokit.train.resume import CONFIG_FILE
@@ -146,7 +146,7 @@ def eval_config(args: argparse.Namespace, model: str, run: Path | None) -> tuple
     cfg = Config()
     cfg.data, cfg.env, cfg.reward = trained.data, trained.env, trained.reward
     source, split = _choose_rows(cfg, args, run)
-    _check_row_overrides(args.overrides, source)
+    _check_row_overrides(args.overrides, cfg.data, source)
     if args.reward:  # the given function grades (on a task's rows too), with its reward.params if any
         name = args.reward[0]
         cfg.reward.functions, cfg.reward.weights = [name], []
@@ -203,14 +203,19 @@ def _choose_rows(cfg: Config, args: argparse.Namespace, run: Path | None) -> tup
     return source, split
 
 
-def _check_row_overrides(overrides: list[str], source: str | None) -> None:
-    """data.task_params is read for a task's rows only, the column names for a dataset's only."""
+def _check_row_overrides(overrides: list[str], d: DataConfig, source: str | None) -> None:
+    """An override of a data.* field that no source of the evaluated rows reads is refused: config/data_sources.py's
+    SOURCE_FIELDS, the table training's validation and the presets read, decides (data.task_params is a task's,
+    the column names a dataset's). ``d``: the data section as ``_choose_rows`` left it; ``source``: the dataset
+    evaluated, None for a task's held-out rows."""
+    unread = unread_fields(d)
+    rows = f"the dataset {source}" if source is not None else f"the held-out rows of the task {d.task!r}"
     for item in overrides:
         key = item.split("=", 1)[0].strip()
-        if source is None and key.startswith(("data.prompt_column", "data.answer_column")):
-            raise ConfigError(f"{key} names a column of a dataset, but a task's rows are evaluated; leave it out")
-        if source is not None and key.startswith("data.task_params"):
-            raise ConfigError(f"{key} is a task's parameter, but the dataset {source} is evaluated; leave it out")
+        section, field = (key.split(".") + [""])[:2]
+        if section == "data" and field in unread:
+            readers = " or ".join(READERS[r] for r in unread[field])
+            raise ConfigError(f"{key} is read only with {readers}, but grpokit eval evaluates {rows}; leave it out")
 
 
 def sampling_settings(args: argparse.Namespace, trained: RolloutConfig | None) -> RolloutConfig:

@@ -110,14 +110,6 @@ class AlgoConfig:
     """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts to refill."""
     max_sampling_rounds: int = 4
     """Dynamic sampling: at most this many sampling rounds per step (then train on what was collected)."""
-    dynamic_sampling_on: list[str] = field(default_factory=list)
-    """Dynamic sampling: what must differ within a group for it to stay, the sum of these reward functions' own
-    values (unweighted, as rewards/<name>/mean logs them; a name as reward.functions or the metrics give it, or
-    "task": the run's own reward, the task's verifier, or on one's own data the functions passed to the Trainer).
-    Empty: the reward as trained (the weighted sum of every function, shaping terms included). DAPO keeps a group
-    when some but not all of its answers are correct (Yu et al. 2025: 0 < |{o_i correct}| < G; verl's
-    filter_groups metric=acc), so its preset sets [task]: an all-wrong group is dropped even when its overlong
-    penalties differ."""
     entropy_coef: float = 0.0
     """Entropy bonus: subtract entropy_coef * token entropy from the loss (0 = off)."""
     entropy_aggregation: str = "loss"
@@ -154,8 +146,8 @@ class AlgoConfig:
     """Guided error correction, mode reflection: the cue written between the wrong attempt and the gold answer (the
     paper's)."""
     error_correction_max_reward: float = 0.0
-    """Guided error correction: a group is all wrong when every completion's total reward is at most this (0: binary
-    rewards)."""
+    """Guided error correction: a group is all wrong when every completion's judged value is at most this
+    (reward.judge's functions summed; with reward.judge empty, the reward as trained; 0: binary rewards)."""
     entropy_top_fraction: float = 1.0
     """Train only on this fraction of the batch's completion tokens with the highest entropy (1 = all)."""
     offpolicy_delta: float = 0.0
@@ -186,6 +178,22 @@ class AlgoConfig:
     """GTPO: "polarity" normalises the batch's correct-completion tokens and wrong-completion tokens separately (the
     paper's eq. 6) or "joint" normalises all shaped tokens together (keeps the correct/wrong sign)."""
 
+    @property
+    def dynamic_sampling_on(self) -> list[str]:
+        """Dynamic sampling's judge became the run's one judge, reward.judge: a config file or override still
+        spells it algo.dynamic_sampling_on (config/retired.py SPELLINGS); in Python the attribute is refused."""
+        raise AttributeError(JUDGE_MOVED)
+
+    @dynamic_sampling_on.setter
+    def dynamic_sampling_on(self, value: list[str]) -> None:
+        raise AttributeError(JUDGE_MOVED)
+
+
+JUDGE_MOVED = (
+    "algo.dynamic_sampling_on is reward.judge in Python (the one judge that dynamic sampling, the frontier "
+    "curriculum and EDGE-GRPO's error correction read): set cfg.reward.judge instead"
+)
+
 
 class Unread(NamedTuple):
     """Settings only one feature reads, and the sentence that refuses them while it is off."""
@@ -213,7 +221,7 @@ UNREAD_UNLESS: tuple[Unread, ...] = (
         lambda a: a.aggregation == "lambda-grpo",
     ),
     Unread(
-        ("max_sampling_rounds", "dynamic_sampling_on"),
+        ("max_sampling_rounds",),
         "unless algo.dynamic_sampling=true",
         lambda a: a.dynamic_sampling,
     ),

@@ -84,3 +84,11 @@ class HealthConfig:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1:
                 raise ValueError(f"health.{name} must be a fraction in [0, 1], got {value!r}")
         self.nonfinite_keys = list(self.nonfinite_keys)
+
+
+LIVE_ONLY: tuple[str, ...] = ("repeat_every", "doctor_every")
+"""The health fields only the live monitors read (record/health.py, record/recorder.py): with health.enabled=false
+nothing reads them, so validation refuses one set away from its default. Every other threshold is also the
+doctor's (report.html at the end, ``grpokit doctor``: the run's health section), and same_length_min_tokens feeds a
+step metric, so those act with the monitors off (tests/config/test_health_unread.py checks the split against the
+sources)."""

@@ -105,7 +105,9 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
 
 
 def set_field(cfg: Config, dotted: str, value: Any) -> None:
-    """Set ``section.field`` with type coercion and a clear error for unknown names or types."""
+    """Set ``section.field`` with type coercion and a clear error for unknown names or types (another spelling of
+    a field, retired.py SPELLINGS, sets that field)."""
+    dotted = SPELLINGS.get(dotted, dotted)
     parts = dotted.split(".")
     if len(parts) > 2 and parts[0] in _sections() and _field_types(type(getattr(cfg, parts[0]))).get(parts[1]) is dict:
         return _set_inside(cfg, parts, value)
@@ -244,5 +246,5 @@ def unsealed(text: str, source: str, doing: str = "resuming") -> tuple[str, bool
 
 # Last, so that either module may be imported first: config.py re-exports this module's functions
 # (``from grpokit.config import apply_overrides`` is public API) and these functions read its classes.
-from .retired import retired_field  # noqa: E402
+from .retired import SPELLINGS, retired_field  # noqa: E402
 from .sections import Config, ConfigError  # noqa: E402

@@ -1,9 +1,14 @@
-"""Config fields that were folded into another: an old spelling gets one sentence naming the new one.
+"""Config fields that were folded into another: an old spelling gets one sentence naming the new one, or,
+where the field kept its meaning under a wider name, is read as the new one.
 
 ``algo.supervision`` (process), ``algo.credit`` (gigpo, gagpo) and ``algo.entropy_shaping`` (gtpo,
 grpo_s) each chose an advantage estimator beside ``algo.advantage``; now ``algo.advantage`` alone
 chooses it. Their neutral values (outcome, none), which every config.yaml saved by earlier versions
 carries, change nothing and are accepted, so those run folders still resume.
+
+``algo.dynamic_sampling_on`` named the reward functions dynamic sampling judged a group by; the frontier
+curriculum and EDGE-GRPO's error correction now read the same judge, ``reward.judge``. The old spelling
+(config files, overrides, config.yaml of earlier runs) sets ``reward.judge``, without a warning (SPELLINGS).
 """
 
 from __future__ import annotations
@@ -16,6 +21,10 @@ RETIRED: dict[str, tuple[str, ...]] = {
     "algo.credit": ("outcome",),
     "algo.entropy_shaping": ("none",),
 }
+
+
+# another spelling -> the field it sets (accepted as that field, not deprecated)
+SPELLINGS: dict[str, str] = {"algo.dynamic_sampling_on": "reward.judge"}
 
 
 def retired_field(dotted: str, value: Any) -> str | None:

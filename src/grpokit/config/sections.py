@@ -171,7 +171,8 @@ class DataConfig:
     """With curriculum=frontier: the column whose value buckets prompts for the pass rate (e.g. a difficulty
     column); empty: every prompt is its own bucket."""
     curriculum_threshold: float = 1.0
-    """With curriculum=frontier: a completion passes when its total reward is at least this."""
+    """With curriculum=frontier: a completion passes when its judged value is at least this (reward.judge's
+    functions summed; with reward.judge empty, the reward as trained)."""
     curriculum_decay: float = 0.5
     """With curriculum=frontier: how much of a bucket's earlier counts each new group keeps (0 = only the last
     group; 1 = all history, equally)."""
@@ -219,6 +220,14 @@ class RewardConfig:
     """Worker processes for reward functions (0 = run in the trainer's process, still with timeouts)."""
     params: dict = field(default_factory=dict)
     """Keyword arguments per built-in function, e.g. {overlong_penalty: {max_length: 16, cache_length: 4}}."""
+    judge: list[str] = field(default_factory=list)
+    """The reward functions that say whether a completion is right, wherever grpokit asks: dynamic sampling keeps a
+    group whose judged values differ, the frontier curriculum counts a pass at data.curriculum_threshold, EDGE-GRPO
+    corrects a group judged at most algo.error_correction_max_reward. The judged value is the sum of these
+    functions' own values (unweighted, as rewards/<name>/mean logs them; a name as reward.functions or the metrics
+    give it, or "task": the run's own reward, the task's verifier, or on one's own data the functions passed to the
+    Trainer). Empty: the reward as trained, shaping terms included (a format bonus then makes a wrong answer pass).
+    Also spelled algo.dynamic_sampling_on. GFPO ranks by the reward as trained (docs/VARIANTS.md)."""
     normalize_components: bool = False
     """Multi-objective (MO-GRPO): normalise each function's reward within its group before the weighted sum."""
     process_function: str = ""
@@ -227,6 +236,17 @@ class RewardConfig:
     """What reward functions receive as prompts and completions: "grpokit" (the prompt text as the model saw it,
     completions as text) or "trl" (TRL's GRPOTrainer: prompts as the dataset holds them, and for chat-message prompts
     each completion as [{"role": "assistant", "content": ...}])."""
+
+
+def judge_readers(cfg: Config) -> list[str]:
+    """The features of ``cfg`` that read reward.judge (none: it would be read by nothing)."""
+    a = cfg.algo
+    on = {
+        "algo.dynamic_sampling=true": a.dynamic_sampling,
+        "data.curriculum=frontier": cfg.data.curriculum == "frontier",
+        "algo.error_correction": a.error_correction != "off",
+    }
+    return [name for name, read in on.items() if read]
 
 
 @section

@@ -14,7 +14,10 @@ its pass rate can move. A batch of n prompts is n distinct prompts drawn without
 probabilities proportional to w (Efraimidis-Spirakis keys ``u^(1/w)``), from a generator seeded by
 (seed, position): with the counts in the checkpoint, a resumed run draws what the uninterrupted one did.
 
-"Passing" is a total reward >= ``data.curriculum_threshold`` (1.0: a 0/1 verifier's full reward).
+"Passing" is a judged value >= ``data.curriculum_threshold`` (1.0: a 0/1 verifier's full reward): the sum of
+reward.judge's functions (a format bonus beside the verifier makes no wrong answer pass), or the reward as
+trained when reward.judge names none. ``curriculum/zero_std_share`` counts groups flat in the reward as trained
+(no gradient), as frac_reward_zero_std does.
 """
 
 from __future__ import annotations
@@ -78,10 +81,13 @@ class FrontierSampler:
         self.position += n
         return [self.prompts[i] for i in picked]
 
-    def observe(self, prompts: list[Prompt], rewards_N, group_size: int) -> None:
-        """Count each group's passing completions into its bucket (prompts not from this pool are skipped)."""
+    def observe(self, prompts: list[Prompt], rewards_N, group_size: int, judged_N=None) -> None:
+        """Count each group's passing completions into its bucket: a judged value (``judged_N``, reward.judge's;
+        None: ``rewards_N``, the reward as trained) of at least the threshold. Prompts not from this pool are
+        skipped; every group counts towards the zero-std share, by its rewards."""
         self.group_size = group_size
         totals = [float(r) for r in rewards_N]
+        judged = totals if judged_N is None else [float(v) for v in judged_N]
         for g, prompt in enumerate(prompts):
             group = totals[g * group_size : (g + 1) * group_size]
             self._tally[0] += float(max(group) == min(group))
@@ -91,8 +97,9 @@ class FrontierSampler:
                 continue
             b = self.buckets[i]
             passes, seen = self.stats.get(b, (0.0, 0.0))
+            verdicts = judged[g * group_size : (g + 1) * group_size]
             self.stats[b] = [
-                self.decay * passes + sum(r >= self.threshold for r in group),
+                self.decay * passes + sum(v >= self.threshold for v in verdicts),
                 self.decay * seen + len(group),
             ]
 

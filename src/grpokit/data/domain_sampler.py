@@ -59,13 +59,15 @@ class DomainSampler:
         self.position += n
         return [next(drawn[d]) for d in slots]
 
-    def observe(self, prompts: list[Prompt], rewards_N, group_size: int) -> None:
-        """Each domain's sampler sees its own groups."""
+    def observe(self, prompts: list[Prompt], rewards_N, group_size: int, judged_N=None) -> None:
+        """Each domain's sampler sees its own groups (their rewards and judged values)."""
+        judged_N = rewards_N if judged_N is None else judged_N
         for d, pool in self.pools.items():
             mine = [g for g, p in enumerate(prompts) if p.columns.get(COLUMN) == d]
             if mine:
-                rows = [rewards_N[g * group_size + j] for g in mine for j in range(group_size)]
-                pool.observe([prompts[g] for g in mine], rows, group_size)
+                rows = [g * group_size + j for g in mine for j in range(group_size)]
+                own = [prompts[g] for g in mine]
+                pool.observe(own, [rewards_N[i] for i in rows], group_size, judged_N=[judged_N[i] for i in rows])
 
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {}

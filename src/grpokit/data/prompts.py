@@ -433,8 +433,9 @@ class PromptSampler:
     def load_state_dict(self, state: dict) -> None:
         self.position = int(state["position"])
 
-    def observe(self, prompts: list[Prompt], rewards_N, group_size: int) -> None:
-        """A scored batch of its prompts (a curriculum learns from it; the plain order does not)."""
+    def observe(self, prompts: list[Prompt], rewards_N, group_size: int, judged_N=None) -> None:
+        """A scored batch of its prompts: each completion's reward as trained and its judged value (reward.judge;
+        None: the reward). A curriculum learns from it; the plain order does not."""
 
     def metrics(self) -> dict[str, float]:
         """The sampler's own metrics of the step (none for the plain order)."""

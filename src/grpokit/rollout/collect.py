@@ -7,12 +7,15 @@ the loop stays the same:
   drop them and sample more prompts until P informative groups are collected, for at most
   ``max_rounds`` rounds (then train on what was collected, warned; verl's recipe raises instead
   after ``max_num_gen_batches``, grpokit keeps the run going and counts the shortfall). A group is
-  judged by the reward as trained, or by the sum of chosen functions' values (``judged``: DAPO's
-  accuracy, 0 < correct < G, so that a shaping term such as the overlong penalty keeps no group).
+  judged by the run's judge (reward.judge, ``judged``: the columns of its functions, summed; DAPO's
+  accuracy, 0 < correct < G, so that a shaping term such as the overlong penalty keeps no group), or by
+  the reward as trained when it names none.
 * GFPO (Shrivastava et al., 2025): sample ``sample_group_size`` > G completions per prompt, keep the
   G best by a criterion (shortest, or highest reward per token), and compute advantages on the kept
   ones only. The adaptive mode samples the extra completions only for hard prompts (group mean
-  reward below ``adaptive_threshold``): easy prompts keep their first G.
+  reward below ``adaptive_threshold``): easy prompts keep their first G. Both read the reward as
+  trained, not the judge: the paper's token efficiency is the reward its policy is trained on per token,
+  and its difficulty the mean of that reward (a filter shaping the trained reward, not a verdict).
 """
 
 from __future__ import annotations
@@ -206,11 +209,7 @@ def _flat_indices(batch: ScoredBatch, judged: list[int] | None = None) -> list[i
     scored is no reward of 0): DAPO drops them. ``judged``: the ``rewards_NF`` columns whose sum is judged (a
     completion none of them scored is left out), None: ``total_N``, the reward as trained."""
     G = batch.group_size
-    if judged is None:
-        values_N, valid_N = batch.total_N, batch.scored_N
-    else:
-        cols = batch.rewards_NF[:, judged]  # (N, J), NaN where a function gave no value
-        values_N, valid_N = cols.nansum(dim=1), ~cols.isnan().all(dim=1)  # DAPO: the verifier's accuracy
+    values_N, valid_N = batch.judged(judged)  # DAPO: the verifier's accuracy (reward.judge=[task])
     return flat_groups(values_N.view(-1, G), valid=valid_N.view(-1, G)).nonzero()[:, 0].tolist()
 
 

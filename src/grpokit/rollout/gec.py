@@ -55,9 +55,10 @@ def _call(fn: Callable[..., str], prompt: str, columns: dict) -> str:
     return str(fn(**kwargs))
 
 
-def all_wrong_groups(total_N: torch.Tensor, group_size: int, max_reward: float) -> list[int]:
-    """Groups whose every completion has a total reward of at most ``max_reward``."""
-    return [p for p, row in enumerate(total_N.view(-1, group_size)) if bool((row <= max_reward).all())]
+def all_wrong_groups(values_N: torch.Tensor, group_size: int, max_reward: float) -> list[int]:
+    """Groups whose every completion's judged value (``ScoredBatch.judged``: reward.judge's functions summed, or
+    the reward as trained) is at most ``max_reward``."""
+    return [p for p, row in enumerate(values_N.view(-1, group_size)) if bool((row <= max_reward).all())]
 
 
 def correct(
@@ -70,14 +71,16 @@ def correct(
     reflection: str,
     max_reward: float,
     eos_id: int | None,
+    judged: list[int] | None = None,
 ) -> ScoredBatch:
-    """Replace the last completion of every all-wrong group by a corrected, re-scored one."""
+    """Replace the last completion of every all-wrong group by a corrected, re-scored one: a group whose judged
+    values (``judged``: reward.judge's rewards_NF columns, None the reward as trained) are all <= ``max_reward``."""
     ro, G = sb.rollout, sb.group_size
     if ro.episodes is not None:
         raise ConfigError(
             "algo.error_correction works on single-turn completions; turn it off for tool or environment episodes"
         )
-    groups = all_wrong_groups(sb.total_N, G, max_reward)
+    groups = all_wrong_groups(sb.judged(judged)[0], G, max_reward)
     metrics = {"gec/corrected_groups": float(len(groups)), "gec/injected_reward_mean": 0.0}
     if not groups:
         sb.metrics.update(metrics)

@@ -171,7 +171,7 @@ class Rewards:
     process_fn: Callable | None
     domain_eval: dict[str, RewardRunner]  # each domain's held-out verifier (data.domains; {} without)
     domain_graders: dict[str, str]  # each domain's grader column among the training rewards (domain/<d>/accuracy)
-    judged: list[int] | None  # the columns whose sum dynamic sampling judges groups by (None: the weighted total)
+    judged: list[int] | None  # reward.judge: the columns whose sum says a completion is right (None: the total)
 
 
 def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
@@ -195,6 +195,7 @@ def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
         max_failure_fraction=rc.max_failure_fraction,
     )
     graders = domain_setup.domain_graders(cfg)  # one grader per domain, for the held-out set and each step
+    domain_setup.warn_unjudged(cfg, specs)
     return Rewards(
         runner,
         reward_setup.eval_runner(cfg, runner),

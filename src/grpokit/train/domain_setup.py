@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Callable
 
 from grpokit.config.base import named_as
-from grpokit.config.sections import Config, ConfigError
+from grpokit.config.sections import Config, ConfigError, judge_readers
 from grpokit.data.curriculum import FrontierSampler
 from grpokit.data.domain_sampler import DomainSampler
 from grpokit.data.domains import COLUMN, INHERITED, OWN, Domain, DomainReward, parse_domains
@@ -180,10 +180,11 @@ def follow_settings(cfg: Config, specs: list[RewardSpec]) -> list[RewardSpec]:
 
 
 def judged_columns(cfg: Config, specs: list[RewardSpec]) -> list[int] | None:
-    """The columns of the run's reward ``specs`` that decide which groups dynamic sampling drops
-    (algo.dynamic_sampling_on, reward_setup.judged_columns; None: the weighted total). With domains "task" is
-    each domain's own task verifier, and every domain needs a judged column, or its groups would all look flat."""
-    names = cfg.algo.dynamic_sampling_on if cfg.algo.dynamic_sampling else []
+    """The columns of the run's reward ``specs`` whose sum judges a completion right (reward.judge,
+    reward_setup.judged_columns; None: the weighted total), read by dynamic sampling, the frontier curriculum and
+    error correction. With domains "task" is each domain's own task verifier, and every domain needs a judged
+    column, or each of its completions would be judged 0 alike."""
+    names = cfg.reward.judge
     if not cfg.data.domains:
         return reward_setup.judged_columns(names, specs, reward_setup.spec_sources(cfg, len(specs)))
     sources: list[str | None] = []
@@ -196,10 +197,35 @@ def judged_columns(cfg: Config, specs: list[RewardSpec]) -> list[int] | None:
         if d.name not in judged:
             own = ", ".join(s.name for s in specs if getattr(s.fn, "domain", None) == d.name)
             raise ConfigError(
-                f"algo.dynamic_sampling_on={names} judges none of data.domains.{d.name}'s reward functions, so its "
-                f"groups would all look flat and be dropped; add one of them ({own}) or task for its task's verifier"
+                f"reward.judge={names} judges none of data.domains.{d.name}'s reward functions, so each of its "
+                "completions would be judged 0 alike (no group kept by dynamic sampling, no pass for the curriculum, "
+                f"every group corrected); add one of them ({own}) or task for its task's verifier"
             )
     return columns
+
+
+def warn_unjudged(cfg: Config, specs: list[RewardSpec]) -> None:
+    """Warned once at start: the frontier curriculum's pass or error correction's all-wrong test reads the reward
+    as trained (reward.judge empty) while that reward sums several functions (a domain's), so a shaping term
+    decides what only correctness should (a wrong answer with a format bonus of 0.5 passes a threshold of 0.5).
+    Dynamic sampling is not warned about: its default, groups flat in the reward as trained, is those without a
+    gradient."""
+    readers = [r for r in judge_readers(cfg) if r != "algo.dynamic_sampling=true"]
+    counts: dict[str | None, list[str]] = {}
+    for s in specs:
+        if s.weight:
+            counts.setdefault(getattr(s.fn, "domain", None), []).append(s.name)
+    summed = next((names for names in counts.values() if len(names) > 1), None)
+    if cfg.reward.judge or not readers or summed is None:
+        return
+    verb = "judges" if len(readers) == 1 else "judge"
+    print(
+        f"grpokit: warning: {' and '.join(readers)} {verb} a completion by the reward as trained (reward.judge is "
+        f"empty), the weighted sum of {', '.join(summed)}: a shaping term there counts towards a pass and keeps a "
+        "group from being all wrong; set reward.judge to the functions that say whether an answer is right "
+        "(e.g. [task])",
+        flush=True,
+    )
 
 
 def domain_graders(cfg: Config) -> dict[str, tuple[RewardSpec, str | None]]:

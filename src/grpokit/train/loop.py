@@ -365,6 +365,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
                 render=self.gec_render,
                 reflection=a.error_correction_prompt,
                 max_reward=a.error_correction_max_reward,
+                judged=self.judged,
                 eos_id=self.tokenizer.eos_token_id if isinstance(self.tokenizer.eos_token_id, int) else min(self.eos),
             )
         return sb
@@ -414,8 +415,10 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
     # ------------------------------------------------------------------ helpers
 
     def _observe_sampled(self, sb: ScoredBatch) -> None:
-        """The prompt sampler sees every scored batch (a curriculum learns its pass rates from them)."""
-        self.sampler.observe(sb.prompts, sb.total_N.tolist(), sb.group_size)
+        """The prompt sampler sees every scored batch (a curriculum learns its pass rates from them, a pass judged
+        by reward.judge)."""
+        judged_N = sb.judged(self.judged)[0].tolist()
+        self.sampler.observe(sb.prompts, sb.total_N.tolist(), sb.group_size, judged_N=judged_N)
 
     def _warn_once(self, message: str) -> None:
         """A stage's warning about the run, said once (by the main process) through the recorder, so it reaches

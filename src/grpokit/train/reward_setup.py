@@ -140,10 +140,10 @@ def spec_sources(cfg: Config, count: int | None = None) -> list[str | None]:
 
 
 def judged_columns(names: list[str], specs: list[RewardSpec], sources: list[str | None]) -> list[int] | None:
-    """The columns of ``specs`` whose summed values decide which groups dynamic sampling drops
-    (algo.dynamic_sampling_on: ``names``, each a spec's name, its reward.functions entry or "task": the specs
-    ``sources`` marks "task"); None for no names (the weighted total decides). A name that matches none is
-    refused in one sentence."""
+    """The columns of ``specs`` whose summed values judge a completion right (reward.judge: ``names``, each a
+    spec's name, its reward.functions entry or "task": the specs ``sources`` marks "task"), for dynamic sampling,
+    the frontier curriculum and error correction alike; None for no names (the weighted total judges). A name
+    that matches none is refused in one sentence."""
     if not names:
         return None
     columns = []
@@ -152,9 +152,9 @@ def judged_columns(names: list[str], specs: list[RewardSpec], sources: list[str 
         if not hits:
             known = ", ".join(dict.fromkeys(s.name for s in specs))
             raise ConfigError(
-                f"algo.dynamic_sampling_on names {name!r}, which is none of the run's reward functions ({known}); "
-                "name some of them, task for the run's own reward (the task's verifier, or the functions passed to "
-                "the Trainer), or leave it empty to judge groups by the reward as trained"
+                f"reward.judge names {name!r}, which is none of the run's reward functions ({known}); name some of "
+                "them, task for the run's own reward (the task's verifier, or the functions passed to the Trainer), "
+                "or leave it empty to judge completions by the reward as trained"
             )
         columns += hits
     return sorted(set(columns))

@@ -97,7 +97,7 @@ class TrainerSetup:
         self.runner_weights, self.process_fn = rewards.weights, rewards.process_fn
         self.domain_eval = rewards.domain_eval  # data.domains: each domain's held-out verifier
         self.domain_graders = rewards.domain_graders  # ... and its column among the training rewards
-        self.judged = rewards.judged  # algo.dynamic_sampling_on's columns (None: the weighted total)
+        self.judged = rewards.judged  # reward.judge's columns (None: the reward as trained)
 
     def _build_policy(self, model) -> None:
         """The model and its reference, the optimizer and schedule, the variants' stage states, then

@@ -107,12 +107,6 @@ def check_sampling_and_shaping(cfg: Config) -> None:
         why = "with rollout.gfpo_adaptive=false"
         unread("rollout", r, default, ("gfpo_adaptive_threshold",), why, "set rollout.gfpo_adaptive=true")
     check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds={a.max_sampling_rounds} must be at least 1")
-    on = a.dynamic_sampling_on
-    check(
-        isinstance(on, list) and all(isinstance(n, str) and n for n in on),
-        f"algo.dynamic_sampling_on={on!r} must be a list of reward function names (e.g. [task]), or [] for the "
-        "reward as trained",
-    )
     check(
         a.entropy_advantage_max_scale >= 0,
         f"algo.entropy_advantage_max_scale={a.entropy_advantage_max_scale} must be >= 0 (0 = no cap)",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from grpokit.config.health import LIVE_ONLY, HealthConfig
 from grpokit.config.optim import OptimConfig
-from grpokit.config.sections import Config, ConfigError
+from grpokit.config.sections import Config, ConfigError, RewardConfig, judge_readers
 from grpokit.optim.optimizers import ADAM_FIELDS, OPTIMIZER_FIELDS, OPTIMIZERS, missing_package
 from grpokit.optim.schedule import SCHEDULE_FIELDS, SCHEDULES, WSD_SHAPES
 
@@ -161,10 +162,14 @@ def check_reward_env(cfg: Config) -> None:
             "key reward.params by the name of a configured function",
         )
         check(isinstance(params, dict), f"reward.params.{name}={params!r} must be a mapping of keyword arguments")
+    check_judge(cfg)
     try:  # the health section's own checks (set_field assigns fields one by one, past __post_init__)
         dataclasses.replace(cfg.health)
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
+    if not cfg.health.enabled:  # the doctor reads the thresholds; only the live monitors read these
+        why = "with health.enabled=false (only the live monitors read it, not the doctor)"
+        unread("health", cfg.health, HealthConfig(), LIVE_ONLY, why, "set health.enabled=true")
     e = cfg.env
     check(e.max_turns >= 0, f"env.max_turns={e.max_turns} must be at least 1, or 0 for no turn limit")
     check(
@@ -186,3 +191,17 @@ def check_reward_env(cfg: Config) -> None:
     )
     check(e.reset_timeout_s > 0, f"env.reset_timeout_s={e.reset_timeout_s} must be > 0")
     check(0 <= e.max_failure_fraction <= 1, f"env.max_failure_fraction={e.max_failure_fraction} must be in [0, 1]")
+
+
+def check_judge(cfg: Config) -> None:
+    """reward.judge: a list of names (whether each is one of the run's functions is known once they are built,
+    train/reward_setup.py judged_columns), read only by the features judge_readers names."""
+    judge = cfg.reward.judge
+    check(
+        isinstance(judge, list) and all(isinstance(n, str) and n for n in judge),
+        f"reward.judge={judge!r} must be a list of reward function names (e.g. [task]), or [] for the reward as "
+        "trained",
+    )
+    if not judge_readers(cfg):
+        why = "unless algo.dynamic_sampling=true, data.curriculum=frontier or algo.error_correction is on"
+        unread("reward", cfg.reward, RewardConfig(), ["judge"], f"{why} (nothing else judges a completion)", "set one")

@@ -14,7 +14,7 @@ always win, whatever order they are given in. Two rules make a preset fit the ru
 * "task" in a preset's ``reward.functions`` stands for the run's own reward: when the user named
   reward functions, they take its place (weights multiplied by the preset's weight for "task"), so
   DAPO on one's own data is the user's reward plus the overlong penalty; "task" in the preset's
-  algo.dynamic_sampling_on becomes the user's functions too (without any, the functions passed to the
+  reward.judge becomes the user's functions too (without any, the functions passed to the
   Trainer, which take "task"'s place when the run has no task).
 * A preset made for this scale of machine (``scale: own`` at the top of its file: smollm2-math)
   is not a paper's: its batch, generation length and learning rate always apply.
@@ -37,7 +37,7 @@ from typing import Any, Sequence
 from grpokit.config.algo import UNREAD_UNLESS, Unread
 from grpokit.config.data_sources import unread_fields
 from grpokit.config.io import assigned, set_field, strict_yaml
-from grpokit.config.sections import Config, ConfigError, beside_domains
+from grpokit.config.sections import Config, ConfigError, beside_domains, judge_readers
 
 HERE = Path(__file__).parent
 PAPER_SCALE = ("train.prompts_per_step", "rollout.max_new_tokens", "optim.lr")
@@ -82,14 +82,11 @@ def split(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     )
 
 
-def apply(
-    name: str, cfg: Config | None = None, paper_scale: bool = False, rules: Sequence[Unread] = UNREAD_UNLESS
-) -> Config:
-    """Fill the fields of ``cfg`` (default: a fresh Config) that were not assigned with the preset's
-    values; the paper-scale fields only when ``paper_scale``; none that ``rules`` say the filled run would not
-    read (``grpokit.validation.unread_rules()`` adds the registered objectives' to config/algo.py's). See the
-    module docstring."""
-    cfg = cfg if cfg is not None else Config()
+def plan(name: str, cfg: Config, paper_scale: bool = False, rules: Sequence[Unread] = UNREAD_UNLESS) -> dict[str, Any]:
+    """The fields ``apply`` fills in ``cfg`` and their values, in the preset's order: the preset's fields that were
+    not assigned (the paper-scale ones only with ``paper_scale``), "task" in its reward lists replaced by the user's
+    functions, reward.params merged per function, and none that ``rules`` say the filled run would not read. The
+    one account of what a preset fills: ``apply`` sets it at a run's start, ``resumed`` holds a run to it."""
     recipe, paper = split(load(name))
     values = {**recipe, **(paper if paper_scale or own_scale(name) else {})}
     given = assigned(cfg)
@@ -98,18 +95,27 @@ def apply(
         values["reward.functions"], values["reward.weights"] = _merge_rewards(
             values["reward.functions"], values.get("reward.weights") or [], own, list(cfg.reward.weights)
         )
-        if own and "algo.dynamic_sampling_on" in values:  # "task" there: the same functions as in reward.functions
-            on = values["algo.dynamic_sampling_on"]
-            values["algo.dynamic_sampling_on"] = list(
-                dict.fromkeys(n for x in on for n in (own if x == "task" else [x]))
-            )
+        if own and "reward.judge" in values:  # "task" there: the same functions as in reward.functions
+            judge = values["reward.judge"]
+            values["reward.judge"] = list(dict.fromkeys(n for x in judge for n in (own if x == "task" else [x])))
         given = given - {"reward.functions", "reward.weights"}
     fill = {key: value for key, value in values.items() if key not in given}
     if "reward.params" in given and "reward.params" in values:  # per-function mappings: the user's win per function
-        set_field(cfg, "reward.params", {**(values["reward.params"] or {}), **cfg.reward.params})
+        fill["reward.params"] = {**(values["reward.params"] or {}), **cfg.reward.params}
     for key in unread(fill, cfg, rules):  # a feature the run leaves off (algo.beta=0: the KL's estimator ...)
         del fill[key]
-    for key, value in fill.items():
+    return fill
+
+
+def apply(
+    name: str, cfg: Config | None = None, paper_scale: bool = False, rules: Sequence[Unread] = UNREAD_UNLESS
+) -> Config:
+    """Fill the fields of ``cfg`` (default: a fresh Config) that were not assigned with the preset's
+    values; the paper-scale fields only when ``paper_scale``; none that ``rules`` say the filled run would not
+    read (``grpokit.validation.unread_rules()`` adds the registered objectives' to config/algo.py's): ``plan``'s
+    fields. See the module docstring."""
+    cfg = cfg if cfg is not None else Config()
+    for key, value in plan(name, cfg, paper_scale, rules).items():
         set_field(cfg, key, value)
     return cfg
 
@@ -123,8 +129,8 @@ def unread(fields: dict[str, Any], cfg: Config, rules: Sequence[Unread] = UNREAD
     without a KL term (a value the user gives such a field is still refused by validation). Likewise a run with
     data.domains gets no data.task, data.task_params ... (smollm2-math's): its domains have their own
     (config/sections.py BESIDE_DOMAINS "own"); a run on data.dataset gets none of a task's (nor the data.task its
-    rows replace), a run on a task no data.split (config/data_sources.py), and a run without held-out rows no
-    train.eval_every."""
+    rows replace), a run on a task no data.split (config/data_sources.py), a run without held-out rows no
+    train.eval_every, and a run where nothing judges completions (sections.judge_readers) no reward.judge."""
     trial = copy.deepcopy(cfg)
     for key, value in fields.items():
         set_field(trial, key, value)
@@ -134,6 +140,8 @@ def unread(fields: dict[str, Any], cfg: Config, rules: Sequence[Unread] = UNREAD
     off |= {f"data.{name}" for name in unread_fields(trial.data)}  # a source the run does not use (data_sources.py)
     if trial.data.dataset:  # one's own data replaces the task (train/run_data.py refuses one chosen beside it)
         off.add("data.task")
+    if not judge_readers(trial):  # no dynamic sampling, frontier curriculum or error correction judges
+        off.add("reward.judge")
     if (trial.data.dataset and not trial.data.eval_dataset) or trial.data.eval_size == 0:
         off.add("train.eval_every")  # no held-out rows to evaluate (train/run_data.py refuse_idle_evaluation)
     return [key for key in fields if key in off]
@@ -145,17 +153,18 @@ def resumed(
     """``run`` (a resumed run's config) under ``--preset name`` and this command line: a preset fills a run's
     fields at its start, so here it is accepted only where it changes nothing. ``fresh`` is the config this
     command line would start a new run with before the preset (its ``--config`` and overrides); every field the
-    preset would then fill must already hold that value in ``run``, as it does when the job that started the
-    run passes the same line on every start. Otherwise one sentence: applying the preset now would change the
-    run's recipe in the middle (or half of it, as the fields the run's config.yaml holds). The fields the line
-    gives take the values a start would give them (the user's reward functions beside the preset's)."""
+    preset would then fill (``plan``, what ``apply`` fills) must already hold that value in ``run``, as it does
+    when the job that started the run passes the same line on every start. Otherwise one sentence: applying the
+    preset now would change the run's recipe in the middle (or half of it, as the fields the run's config.yaml
+    holds). The fields the line gives take the values a start would give them (the user's reward functions
+    beside the preset's)."""
     given = assigned(fresh)
-    recipe, paper = split(load(name))
-    values = {**recipe, **(paper if paper_scale or own_scale(name) else {})}
-    skipped = set(unread({k: v for k, v in values.items() if k not in given}, fresh, rules))  # apply fills none
-    started = apply(name, fresh, paper_scale=paper_scale, rules=rules)
-    replaced = {f"data.{n}" for n in beside_domains("own")} if run.data.domains else set()  # apply fills none
-    keys = [k for k in values if k not in given | replaced | skipped]
+    fill = plan(name, fresh, paper_scale, rules)
+    started = copy.deepcopy(fresh)
+    for key, value in fill.items():
+        set_field(started, key, value)
+    replaced = {f"data.{n}" for n in beside_domains("own")} if run.data.domains else set()  # a start fills none
+    keys = [k for k in fill if k not in given | replaced]
     keys += ["reward.weights"] * ("reward.functions" in keys and "reward.weights" not in keys)
     differ = [k for k in keys if _value(run, k) != _value(started, k)]
     if differ:
