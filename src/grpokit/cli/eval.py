@@ -203,7 +203,7 @@ def _sample_and_grade(prompts, episodes, sample, tokenizer, grading, params, n: 
     fn, votes = grading
     specs = [RewardSpec(fn=fn, name=getattr(fn, "__name__", "grader"), weight=1.0)]
     answers, correct = [], []
-    with RewardRunner(specs, num_workers=0) as runner:
+    with RewardRunner(specs, num_workers=0, convention=rcfg.convention) as runner:
         for s in range(0, len(prompts), 32):
             chunk = prompts[s : s + 32]
             ro = episodes.run(sample, chunk, n, params)
