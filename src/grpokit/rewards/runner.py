@@ -184,7 +184,10 @@ class RewardRunner:
         self.specs = list(specs)
         names = [s.name for s in self.specs]
         if len(set(names)) != len(names):
-            raise RewardError(f"Reward names must be unique (they name the metrics), got {names}.")
+            raise RewardError(
+                f"Reward names must be unique (they name the metrics), got {names}; give each function its own "
+                "__name__ (a functools.partial is named after the function it binds, a callable object after its class)"
+            )
         self.timeout_s = float(timeout_s)
         self.failure_value = float(failure_value)
         self.max_failure_fraction = float(max_failure_fraction)

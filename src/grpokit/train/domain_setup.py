@@ -20,7 +20,7 @@ from grpokit.data.domain_sampler import DomainSampler
 from grpokit.data.domains import COLUMN, INHERITED, OWN, Domain, DomainReward, parse_domains
 from grpokit.data.prompts import PromptSampler
 from grpokit.rewards.runner import RewardRunner
-from grpokit.rewards.spec import RewardSpec
+from grpokit.rewards.spec import RewardSpec, reward_name
 
 from . import reward_setup, run_data
 
@@ -153,8 +153,8 @@ def domain_reward_specs(cfg: Config, extra: list[Callable] | None) -> list[Rewar
             own = reward_setup.reward_specs(domain_config(cfg, d), None, None)
         for sp in own:
             specs.append(RewardSpec(fn=DomainReward(sp.fn, d.name), name=f"{d.name}/{sp.name}", weight=sp.weight))
-    for i, f in enumerate(extra or []):
-        specs.append(RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=1.0))
+    for f in extra or []:
+        specs.append(RewardSpec(fn=f, name=reward_name(f), weight=1.0))
     return specs
 
 

@@ -14,6 +14,7 @@ import torch
 
 from grpokit.config.sections import ConfigError
 from grpokit.rewards.inputs import reward_prompts
+from grpokit.rewards.spec import reward_name
 from grpokit.train import distributed
 
 from ..args.model import fp16_on_cpu
@@ -57,8 +58,9 @@ def high_entropy_mask(entropy_NT: torch.Tensor, mask_NT: torch.Tensor, quantile:
 
 
 def reward_names(funcs: list) -> list[str]:
-    """TRL's ``reward_func_names``: a function's ``__name__``, a reward model's folder or id's last part."""
-    return [getattr(f, "__name__", type(f).__name__) for f in funcs]
+    """TRL's ``reward_func_names``: each function's one name (rewards/spec.py ``reward_name``, the name its
+    metrics and ``_logs`` column carry), a reward model's folder or id's last part."""
+    return [reward_name(f) for f in funcs]
 
 
 class Accelerator:
