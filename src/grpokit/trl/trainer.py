@@ -190,6 +190,7 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         """grpokit's Trainer (resumed from the run folder ``resume``), with TRL's step bridge as its
         callback and the hooks that count TRL's tokens and keep its completion logs."""
         from grpokit.train.loop import Trainer
+        from grpokit.train.step_metrics import row_advantages
 
         self._reread_args()
         self.bridge = self._new_bridge()
@@ -219,9 +220,10 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         def count(sb):  # TRL's num_tokens and terminated lengths of each training sampling call
             if not self._evaluating:
                 self.bridge.add_sampled(sb.rollout, sb.rollout.model_lengths())
-                add_to_logs(self._logs, sb)
 
         trainer.on_sampled.append(count)
+        # the batch as trained, with the advantages the update reads (TRL logs the ones it computed)
+        trainer.on_inputs.append(lambda sb, inp, rows: add_to_logs(self._logs, sb, row_advantages(inp.advantages)))
         held_rewards.connect(self, trainer)  # reward_funcs / reward_weights read at every batch, as TRL's
         held_generation.apply(self, trainer)  # generation_config's sampling fields written so far
         overrides.into_slots(self, trainer)  # reward calls per batch; the subclass's overrides as the stages

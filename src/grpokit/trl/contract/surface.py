@@ -33,15 +33,15 @@ def new_logs(maxlen: int | None = None) -> dict[str, Any]:
     }
 
 
-def add_to_logs(logs: dict[str, Any], batch: Any) -> None:
-    """Append one scored batch (``types.ScoredBatch``): one entry per completion."""
+def add_to_logs(logs: dict[str, Any], batch: Any, advantages_N: torch.Tensor) -> None:
+    """Append one scored batch (``types.ScoredBatch``) and the advantages it trains on (``advantages_N``, one
+    per completion, as TRL logs the advantages it computed): one entry per completion."""
     G = batch.group_size
     logs["prompt"].extend(reward_prompts(batch.prompts, G, "grpokit", batch.rollout.episodes))
     logs["completion"].extend(batch.texts)
     for j, name in enumerate(batch.names):
         logs["rewards"][name].extend(batch.rewards_NF[:, j].tolist())
-    total = batch.total_N.view(-1, G)  # TRL's logged advantage: the reward minus its group's mean
-    logs["advantages"].extend((total - total.mean(dim=1, keepdim=True)).flatten().tolist())
+    logs["advantages"].extend(advantages_N.tolist())
     for column, values in batch.extra.items():
         logs["extra"][column].extend(values)
 
