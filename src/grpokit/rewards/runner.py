@@ -192,10 +192,10 @@ class RewardRunner:
         self.failure_value = float(failure_value)
         self.max_failure_fraction = float(max_failure_fraction)
         self.max_logged_errors = max_logged_errors
+        self.nan_is_none = convention == "trl"
         self._logged: dict[str, int] = {n: 0 for n in names}
         self._in_process = [self._runs_in_process(spec, num_workers) for spec in self.specs]
         self._num_workers = num_workers if num_workers > 0 and not all(self._in_process) else 0
-        self.nan_is_none = convention == "trl"
         self._pool: WorkerPool | None = None
         self.reopen()
         self._caller = InProcessCaller()
