@@ -89,9 +89,10 @@ def perturb_lora_b(model, seed: int, scale: float = 0.5):
     return model
 
 
-def char_reward_model(tmp_path, n_positions=64, bos=False, chat_template=None):
+def char_reward_model(tmp_path, n_positions=64, bos=False, chat_template=None, labels=None):
     """A tiny GPT-2 classifier over a character tokenizer (one token per character, "<s>" before every
-    text when ``bos`` and special tokens are added; ``chat_template`` its template), saved to ``tmp_path``."""
+    text when ``bos`` and special tokens are added; ``chat_template`` its template), saved to ``tmp_path``;
+    a reward model (one output), or with ``labels`` (their names) a classifier of that many labels."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import GPT2Config, GPT2ForSequenceClassification, PreTrainedTokenizerFast
@@ -104,8 +105,9 @@ def char_reward_model(tmp_path, n_positions=64, bos=False, chat_template=None):
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<s>")
     fast.chat_template = chat_template
     torch.manual_seed(0)
+    heads = {"num_labels": 1} if labels is None else {"id2label": dict(enumerate(labels))}
     config = GPT2Config(
-        vocab_size=len(vocab), n_embd=16, n_layer=1, n_head=2, n_positions=n_positions, num_labels=1, pad_token_id=0
+        vocab_size=len(vocab), n_embd=16, n_layer=1, n_head=2, n_positions=n_positions, pad_token_id=0, **heads
     )
     model = GPT2ForSequenceClassification(config).eval()
     model.save_pretrained(tmp_path)

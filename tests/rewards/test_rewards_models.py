@@ -64,3 +64,59 @@ def test_a_text_beyond_the_models_length_keeps_its_end_and_says_so_once(tmp_path
     assert rm(["hi "], ["yes"])[0] == pytest.approx(
         reward_logit(model, tok, "hi yes", add_special_tokens=True), abs=1e-5
     )
+
+
+def test_a_classifier_of_several_labels_is_refused_unless_a_label_is_picked(tmp_path):
+    """A reward model has one output: a folder is loaded with num_labels=1 (as TRL loads a reward model),
+    so a saved 2-label head does not fit and is refused in one sentence naming its labels; before, logit 0
+    (NEGATIVE here) was scored silently. label_index picks a label of a classifier, and must be one."""
+    from grpokit.config.sections import ConfigError
+
+    model, tok = char_reward_model(tmp_path, labels=["NEGATIVE", "POSITIVE"])
+    model.config._name_or_path = str(tmp_path)  # an object's tokenizer is read from its folder
+    with pytest.raises(ConfigError, match=r"is a classifier with 2 labels \(0: NEGATIVE, 1: POSITIVE\), not a reward"):
+        SequenceClassifierReward(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"is a classifier with 2 labels"):
+        SequenceClassifierReward(None, model=model)  # an object too
+    with pytest.raises(ConfigError, match=r"^label_index=2 is no label of .*0: NEGATIVE, 1: POSITIVE"):
+        SequenceClassifierReward(str(tmp_path), label_index=2)
+    positive = SequenceClassifierReward(str(tmp_path), label_index=1)
+    torch = pytest.importorskip("torch")
+    ids = tok("hi yes", add_special_tokens=True, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        want = model(input_ids=ids).logits[0, 1].item()  # the POSITIVE logit
+    assert positive(["hi "], ["yes"])[0] == pytest.approx(want, abs=1e-5)
+
+
+def test_a_folder_without_a_classification_head_gets_one_output_as_under_trl(tmp_path):
+    """A causal LM's folder has no score head (its config says 2 labels, the default): loaded as TRL loads
+    it (num_labels=1), it gets a new one-output head and is scored, not refused."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    _, tok = char_reward_model(tmp_path / "tok")
+    config = GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=1, n_head=2, n_positions=64, pad_token_id=0)
+    assert config.num_labels == 2
+    GPT2LMHeadModel(config).save_pretrained(tmp_path / "lm")
+    tok.save_pretrained(tmp_path / "lm")
+    rm = SequenceClassifierReward(str(tmp_path / "lm"))
+    assert rm.model.config.num_labels == 1 and len(rm(["hi "], ["yes"])) == 1
+
+
+def test_a_model_object_scores_where_it_is_unless_told(tmp_path):
+    """device=None keeps a model object where the user put it (here the meta device, which a move to the CPU
+    could not even copy: before, every object was moved to the CPU); place() moves it when told."""
+    torch = pytest.importorskip("torch")
+    from transformers import GPT2ForSequenceClassification
+
+    model, _ = char_reward_model(tmp_path)
+    model.config._name_or_path = str(tmp_path)  # an object's tokenizer is read from its folder
+    with torch.device("meta"):
+        on_meta = GPT2ForSequenceClassification(model.config)
+    rm = SequenceClassifierReward(None, model=on_meta)
+    assert rm.device == torch.device("meta") and next(rm.model.parameters()).is_meta
+    on_cpu = SequenceClassifierReward(None, model=model)
+    assert on_cpu.device == torch.device("cpu")
+    on_cpu.place(None)  # no device named: it stays
+    assert on_cpu.device == torch.device("cpu")
+    on_cpu.place("meta")
+    assert on_cpu.device == torch.device("meta") and next(on_cpu.model.parameters()).is_meta

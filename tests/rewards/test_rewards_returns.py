@@ -6,6 +6,8 @@ Functions used by worker processes live at module level (pickled by reference)."
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from grpokit.rewards.spec import RewardError, RewardSpec, as_values
@@ -142,3 +144,56 @@ def test_as_values_by_hand():
         as_values({1.0}, 1)  # no order of completions
     with pytest.raises(TypeError, match="returned 3 values for 2 completions"):
         as_values([1, 2, 3], 2)
+
+
+def nan_among_values(completions, **kwargs):
+    import numpy as np
+
+    return [1.0, float("nan"), np.float32("nan"), float("inf"), 3.0]
+
+
+def all_nan(completions, **kwargs):
+    return [float("nan")] * len(completions)
+
+
+def index(completions, **kwargs):
+    return [float(i) for i in range(len(completions))]
+
+
+def test_a_nan_is_none_under_trls_convention_and_a_failure_under_grpokits():
+    from grpokit.rewards import RewardRunner
+
+    batch = _batch(["a", "b", "c", "d", "e"], group_size=5)
+    kw = dict(num_workers=0, failure_value=-1.0, max_failure_fraction=1.0)
+    with RewardRunner([RewardSpec(nan_among_values, "f")], convention="trl", **kw) as runner:
+        trl = runner.score(**batch)
+    # TRL fills None with NaN and skips every NaN: both NaNs (a float's and numpy's) are "not applicable"; the
+    # infinity is still a failure (failure_value -1). Values 1, 3 scored: mean 2, population std 1
+    assert (
+        trl.rewards_NF[:, 0].tolist()[0::3] == [1.0, -1.0] and trl.rewards_NF[:, 0].isnan().tolist()[1:3] == [True] * 2
+    )
+    assert trl.total_N.tolist() == [1.0, 0.0, 0.0, -1.0, 3.0]  # a NaN is left out of the sum, the failure counts
+    assert trl.metrics["rewards/f/not_applicable"] == 2.0 and trl.metrics["rewards/f/failures"] == 1.0
+    assert trl.metrics["rewards/f/nonfinite"] == 1.0 and trl.metrics["rewards/unscored"] == 2.0
+    assert trl.metrics["rewards/f/mean"] == 2.0 and trl.metrics["rewards/f/std"] == 1.0
+    with RewardRunner([RewardSpec(nan_among_values, "f")], **kw) as runner:
+        own = runner.score(**batch)
+    # grpokit's convention (docs/REWARDS.md): NaN, like an infinity, is the function's failure
+    assert own.rewards_NF[:, 0].tolist() == [1.0, -1.0, -1.0, -1.0, 3.0]
+    assert own.metrics["rewards/f/failures"] == 3.0 and own.metrics["rewards/f/nonfinite"] == 3.0
+    assert own.metrics["rewards/f/not_applicable"] == 0.0
+
+
+def test_a_function_nan_for_the_whole_batch_does_not_stop_a_trl_convention_run():
+    from grpokit.rewards import RewardRunner
+
+    specs = [RewardSpec(all_nan, "nan"), RewardSpec(index, "i")]
+    batch = _batch(["a", "b", "c", "d"], group_size=2)
+    with RewardRunner(specs, num_workers=0, convention="trl") as runner:
+        res = runner.score(**batch)
+    # "nan" applies to none: the totals are the other function's 0, 1 in each group (TRL's nansum), none failed
+    assert res.total_N.tolist() == [0.0, 1.0, 0.0, 1.0] and res.metrics["rewards/failed_fraction"] == 0.0
+    assert res.metrics["rewards/nan/not_applicable"] == 4.0 and math.isnan(res.metrics["rewards/nan/mean"])
+    with RewardRunner(specs, num_workers=0) as runner:  # grpokit's: 4 of 4 failed, more than 0.5
+        with pytest.raises(RewardError, match=r"^Reward 'nan' failed on 4 of 4 completions.*reward is nan"):
+            runner.score(**batch)

@@ -160,8 +160,9 @@ def test_calculate_rewards_override_is_the_reward_stage_and_reaches_the_advantag
     assert Ranked.calls[0] == (4, [{"role": "user", "content": "say ab"}], (4, 1))
     rewards = [e["reward"] for e in tr.state.log_history if "reward" in e]
     assert rewards == [1.5, 1.5]  # the mean of 0, 1, 2, 3: the override's rewards, not short()'s
-    # TRL's logged advantage (reward - group mean) of ranks 0..3 in one group of 4: -1.5, -0.5, 0.5, 1.5
-    assert list(tr._logs["advantages"])[-4:] == [-1.5, -0.5, 0.5, 1.5]
+    # TRL's logged advantage, the one trained, of ranks 0..3 in one group of 4: (r - 1.5) / (std + 1e-4) with the
+    # Bessel std sqrt(5 / 3) = 1.29099: -1.16181, -0.38727, 0.38727, 1.16181 (not r - mean: -1.5, -0.5 ...)
+    assert list(tr._logs["advantages"])[-4:] == pytest.approx([-1.16181, -0.38727, 0.38727, 1.16181], abs=1e-4)
 
     flat = Flat(
         chat_model,

@@ -48,6 +48,20 @@ def test_batch_scaling_and_normalize_then_sum_count_zero_std_over_the_batch():
     assert trl_reward_metrics(both_flat, [1.0], ["f"], 2)["reward_std"] == pytest.approx(math.sqrt(1 / 3))
 
 
+def test_a_failed_item_is_no_value_of_its_function_but_counts_in_the_total():
+    # f failed on row 1 (it holds failure_value 0; row 2 is unscorable): f's own values 1, 2, 2, 2 -> mean 1.75,
+    # squared deviations 0.5625 + 3 * 0.0625 = 0.75 over 3: std 0.5; counted as 0 the mean would be 7 / 5 = 1.4.
+    # The total keeps the 0 as trained: 1, 0, NaN (unscorable), 4, 4, 4 -> reward 13 / 5 = 2.6
+    r = REWARDS_NF.clone()
+    r[1, 0], r[1, 1] = 0.0, NAN
+    failed = torch.zeros_like(r, dtype=torch.bool)
+    failed[1, 0] = True
+    got = trl_reward_metrics(r, [1.0, 2.0], ["f", "g"], 2, failed_NF=failed)
+    assert got["rewards/f/mean"] == pytest.approx(1.75) and got["rewards/f/std"] == pytest.approx(0.5)
+    assert got["reward"] == pytest.approx(2.6)
+    assert trl_reward_metrics(r, [1.0, 2.0], ["f", "g"], 2)["rewards/f/mean"] == pytest.approx(1.4)  # unmasked
+
+
 def test_nanstd_is_trls():
     trl_utils = pytest.importorskip("trl.trainer.utils")
     x = torch.tensor([[1.0, NAN, 4.0, 2.0], [NAN, NAN, 5.0, NAN]])

@@ -39,12 +39,12 @@ class _Batch:  # the fields of rollout/collect.py's ScoredBatch that _logs reads
 
 def test_logs_hold_the_latest_completions_with_rewards_advantages_and_extra():
     logs = new_logs(maxlen=3)
-    add_to_logs(logs, _Batch())
+    add_to_logs(logs, _Batch(), torch.tensor([-0.7, 0.7, 0.0, 0.0]))
     # maxlen 3 keeps the last three completions; prompt of row i is prompt i // 2
     assert list(logs["prompt"]) == ["p0", "p1", "p1"] and list(logs["completion"]) == ["c1", "c2", "c3"]
     assert list(logs["rewards"]["a"]) == [3.0, 2.0, 2.0] and list(logs["rewards"]["b"]) == [0.0, 1.0, 1.0]
-    # totals minus the group mean: group 0 (1, 3) mean 2 -> -1, 1; group 1 (3, 3) -> 0, 0; last three kept
-    assert list(logs["advantages"]) == [1.0, 0.0, 0.0]
+    # the advantages given, those trained (not recomputed from the totals); the last three kept
+    assert list(logs["advantages"]) == pytest.approx([0.7, 0.0, 0.0])
     assert list(logs["extra"]["len"]) == [2, 2, 2] and len(logs["images"]) == 0
 
 

@@ -42,7 +42,7 @@ from grpokit.record.passk import summarize
 from grpokit.rewards.inputs import reward_inputs, reward_prompts
 from grpokit.rewards.math import completion_text, prompt_text
 from grpokit.rewards.runner import RewardRunner
-from grpokit.rewards.spec import RewardSpec
+from grpokit.rewards.spec import RewardSpec, reward_name
 from grpokit.rollout.hf import generate
 from grpokit.rollout.sampling import sampling_params
 from grpokit.train import run_checkpoints
@@ -201,9 +201,9 @@ def _sample_and_grade(prompts, episodes, sample, tokenizer, grading, params, n: 
     the grading function gave it full reward (None: it could not grade it). ``grading``: (the function, its
     Votes); the votes read the completions and prompts the function was given."""
     fn, votes = grading
-    specs = [RewardSpec(fn=fn, name=getattr(fn, "__name__", "grader"), weight=1.0)]
+    specs = [RewardSpec(fn=fn, name=reward_name(fn), weight=1.0)]
     answers, correct = [], []
-    with RewardRunner(specs, num_workers=0) as runner:
+    with RewardRunner(specs, num_workers=0, convention=rcfg.convention) as runner:
         for s in range(0, len(prompts), 32):
             chunk = prompts[s : s + 32]
             ro = episodes.run(sample, chunk, n, params)

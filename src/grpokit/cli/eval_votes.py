@@ -31,6 +31,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from grpokit.rewards.answers import final_answer, text_key
+from grpokit.rewards.spec import reward_name
 
 RIGHT = "right"  # every sample the grader gave full reward: one vote, for the gold answer
 
@@ -100,7 +101,7 @@ def votes_of(fn: Callable) -> Votes:
     known = _registry().get(fn)
     if known is not None:
         return known
-    name = getattr(fn, "__name__", "the grader")
+    name = reward_name(fn)
     return Votes(f"the final answer as text (grpokit does not know how {name} reads an answer)", _final_text)
 
 

@@ -235,7 +235,8 @@ class RewardConfig:
     convention: str = "grpokit"
     """What reward functions receive as prompts and completions: "grpokit" (the prompt text as the model saw it,
     completions as text) or "trl" (TRL's GRPOTrainer: prompts as the dataset holds them, and for chat-message prompts
-    each completion as [{"role": "assistant", "content": ...}])."""
+    each completion as [{"role": "assistant", "content": ...}]; a returned NaN means None, not applicable, as TRL
+    reads it, where under "grpokit" it is the function's failure)."""
 
 
 def judge_readers(cfg: Config) -> list[str]:

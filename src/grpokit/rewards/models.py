@@ -1,9 +1,12 @@
 """Learned rewards: a sequence-classification reward model, and process reward models (PRMs).
 
 SequenceClassifierReward: a Hugging Face `AutoModelForSequenceClassification` loaded from a local folder,
-scoring `prompt + completion` in batches; the reward is the logit of `label_index` (num_labels == 1 for
-a standard reward model). A text beyond the model's length keeps its end (the completion's), warned
-once. It is a plain callable with the reward contract; it holds a model, so run it
+scoring `prompt + completion` in batches; the reward is the model's one logit (a reward model has one
+output: loaded with num_labels=1, as TRL loads one, so a classifier with several labels is refused in one
+sentence rather than scored on its first label), or the logit of `label_index` when one is given. A text
+beyond the model's length keeps its end (the completion's), warned once. It scores where it is told
+(`device`), else where a given model object already is (a folder loads on the CPU): a model the user placed
+on a GPU is never moved off it. It is a plain callable with the reward contract; it holds a model, so run it
 with num_workers=0 (in process) or let each worker load its own copy.
 
 Process supervision: a `ProcessRewardFunction` returns, per completion, a list of
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import logging
 from typing import Any, Callable, Protocol
+
+from grpokit.config.sections import ConfigError
 
 from .math import completion_text
 
@@ -41,28 +46,39 @@ class SequenceClassifierReward:
         path: str | None,
         batch_size: int = 8,
         max_length: int | None = None,
-        label_index: int = 0,
-        device: str = "cpu",
+        label_index: int | None = None,
+        device: Any = None,
         model: Any = None,
     ) -> None:
         """``model``: an instantiated sequence-classification model instead of ``path`` (its tokenizer is
         loaded from the folder or id it was loaded from). ``max_length``: the most tokens a text is scored
         on (None: the model's own limit, its config's max_position_embeddings or n_positions; no limit
-        when it has none)."""
+        when it has none). ``label_index``: the logit scored (None: the reward model's one output).
+        ``device``: where it scores (None: where ``model`` is, the CPU for a folder)."""
         import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoTokenizer
 
         self.__name__ = "reward_model"
         self.tokenizer = AutoTokenizer.from_pretrained(path or model.config._name_or_path)
-        model = model if model is not None else AutoModelForSequenceClassification.from_pretrained(path)
-        self.model = model.to(device).eval()
+        model = model if model is not None else load_classifier(path, label_index)
+        self.label_index = scored_label(model.config, label_index)
+        self.model, self.device = model.eval(), model_device(model)
+        self.place(device)
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self.batch_size, self.label_index, self.device = batch_size, label_index, device
+        self.batch_size = batch_size
         self.max_length = max_length if max_length is not None else model_max_length(self.model.config)
         self._warned = False
         self._torch = torch
+
+    def place(self, device: Any) -> None:
+        """Score on ``device`` from now on (None: stay where the model is)."""
+        import torch
+
+        if device is not None and model_device(self.model) != torch.device(device):
+            self.model = self.model.to(device)
+        self.device = model_device(self.model)
 
     def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
         return self.score_texts([completion_text(p) + completion_text(c) for p, c in zip(prompts, completions)])
@@ -97,6 +113,53 @@ class SequenceClassifierReward:
                 self.max_length,
             )
         return [x[-self.max_length :] for x in ids]
+
+
+def load_classifier(path: str, label_index: int | None) -> Any:
+    """The sequence classifier in folder or hub id ``path``: as a reward model with one output (num_labels=1,
+    as TRL loads a reward model) unless ``label_index`` picks a label of a classifier; a folder holding a
+    classifier of several labels is then refused in one sentence naming them (TRL's load fails on it)."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    if label_index is not None:
+        return AutoModelForSequenceClassification.from_pretrained(path)
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+    except RuntimeError as exc:
+        if "mismatched" not in str(exc):
+            raise
+    raise ConfigError(_not_one_output(AutoConfig.from_pretrained(path), path)) from None
+
+
+def scored_label(config: Any, label_index: int | None) -> int:
+    """The logit a reward is read from: the one output of a reward model (``label_index`` None), or
+    ``label_index`` of a classifier; anything else refused in one sentence."""
+    n, name = config.num_labels, config._name_or_path
+    if label_index is None and n != 1:
+        raise ConfigError(_not_one_output(config, name))
+    if label_index is not None and not 0 <= label_index < n:
+        raise ConfigError(f"label_index={label_index} is no label of {name!r}, whose labels are {_labels(config)}")
+    return label_index or 0
+
+
+def _labels(config: Any) -> str:
+    return ", ".join(f"{i}: {config.id2label.get(i, i)}" for i in range(config.num_labels))
+
+
+def _not_one_output(config: Any, name: str) -> str:
+    return (
+        f"reward model {name!r} is a classifier with {config.num_labels} labels ({_labels(config)}), not a reward "
+        "model with one output (num_labels=1, as TRL loads one); give a reward model, or score one of its labels "
+        "with grpokit.rewards.models.SequenceClassifierReward(path, label_index=...) as a reward function"
+    )
+
+
+def model_device(model: Any) -> Any:
+    """The device a model's weights are on (the CPU for a model without any)."""
+    import torch
+
+    first = next(iter(model.parameters()), None)
+    return first.device if first is not None else torch.device("cpu")
 
 
 def model_max_length(config: Any) -> int | None:

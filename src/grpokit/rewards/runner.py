@@ -35,6 +35,7 @@ such as 1e300, an `ItemFailure` the function returns for one completion it could
 are logged with the offending completion. A failed item gets `failure_value` in the total and is left out of the
 function's mean and std. When more than `max_failure_fraction` of a batch fails for one function, `score` raises
 `RewardError`. `rewards/failed_fraction` (failed items / all items of the step) feeds a health alarm.
+Under ``convention="trl"`` a returned NaN is None (not applicable), as TRL reads it, not a failure.
 
 Infrastructure failures are not counted: a `RewardInfrastructureError` (a worker pool that cannot start
 or keeps dying, a verifier that cannot be imported, a sandbox that does not isolate), raised by the
@@ -84,8 +85,9 @@ class NonFiniteReward(ValueError):
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
-def _check_value(value: Any) -> float | None:
-    """None stays None; bools and real numbers become float; anything else (NaN, inf, 1e300 too) is an error."""
+def _check_value(value: Any, nan_is_none: bool = False) -> float | None:
+    """None stays None; bools and real numbers become float; anything else (NaN, inf, 1e300 too) is an error,
+    but a NaN is None with ``nan_is_none`` (TRL's convention: it fills None with NaN, then skips every NaN)."""
     if value is None:
         return None
     if isinstance(value, torch.Tensor) and value.numel() == 1:
@@ -95,6 +97,8 @@ def _check_value(value: Any) -> float | None:
             out = float(value)
         except (OverflowError, TypeError, ValueError) as exc:  # a huge int, a __float__ that raises
             raise NonFiniteReward(f"reward cannot be read as a float ({type(exc).__name__})") from None
+        if math.isnan(out) and nan_is_none:
+            return None
         if not math.isfinite(out):
             raise NonFiniteReward(f"reward is {out}")
         if abs(out) > _FLOAT32_MAX:  # rewards are float32 tensors: 1e300 would be an overflow error there
@@ -158,6 +162,7 @@ class RewardRunner:
     failure_value: the reward a completion gets when its reward call fails.
     max_failure_fraction: stop the run when a function fails on more than this fraction of a batch.
     max_logged_errors: how many failures per function are logged with their input (per runner).
+    convention: reward.convention; under "trl" a returned NaN means None (not applicable), as in TRL.
     """
 
     def __init__(
@@ -168,6 +173,7 @@ class RewardRunner:
         failure_value: float = 0.0,
         max_failure_fraction: float = 0.5,
         max_logged_errors: int = 3,
+        convention: str = "grpokit",
     ) -> None:
         if not specs:
             raise RewardError("RewardRunner needs at least one RewardSpec.")
@@ -178,11 +184,15 @@ class RewardRunner:
         self.specs = list(specs)
         names = [s.name for s in self.specs]
         if len(set(names)) != len(names):
-            raise RewardError(f"Reward names must be unique (they name the metrics), got {names}.")
+            raise RewardError(
+                f"Reward names must be unique (they name the metrics), got {names}; give each function its own "
+                "__name__ (a functools.partial is named after the function it binds, a callable object after its class)"
+            )
         self.timeout_s = float(timeout_s)
         self.failure_value = float(failure_value)
         self.max_failure_fraction = float(max_failure_fraction)
         self.max_logged_errors = max_logged_errors
+        self.nan_is_none = convention == "trl"
         self._logged: dict[str, int] = {n: 0 for n in names}
         self._in_process = [self._runs_in_process(spec, num_workers) for spec in self.specs]
         self._num_workers = num_workers if num_workers > 0 and not all(self._in_process) else 0
@@ -280,13 +290,12 @@ class RewardRunner:
                 tally.noted(kind, v)
             self._store(rewards_NF, i, f, v, tally)
 
-    @staticmethod
-    def _store(rewards_NF: torch.Tensor, i: int, f: int, v: Any, tally: _Tally) -> None:
+    def _store(self, rewards_NF: torch.Tensor, i: int, f: int, v: Any, tally: _Tally) -> None:
         if isinstance(v, ItemFailure):  # the function could not score this one (a user's verifier's time-out)
             tally.fail([i], v.reason, kind="timeouts" if v.timed_out else None)
             return
         try:
-            value = _check_value(v)
+            value = _check_value(v, self.nan_is_none)
         except (TypeError, ValueError) as exc:
             tally.fail([i], str(exc), nonfinite=isinstance(exc, NonFiniteReward))
             return

@@ -63,6 +63,16 @@ BUILTINS: dict[str, str] = {
 }
 
 
+def reward_name(fn: Any) -> str:
+    """The one name of a reward function, wherever it is named (its metrics ``rewards/<name>/...``, its column
+    in samples and TRL's ``_logs``, grpokit.trl's ``reward_func_names``): TRL's rule, a ``functools.partial``
+    unwrapped to the function it binds, then that function's ``__name__``, else a callable object's class
+    name."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
 def _import_path(path: str) -> RewardFn:
     """``module:function``; the module is looked for on sys.path and in the working directory (a
     script's own reward module beside it, as TRL's CLI finds it)."""
@@ -197,7 +207,5 @@ class RewardSpec:
         elif not callable(self.fn):
             raise RewardError(f"RewardSpec '{self.name}': fn must be callable, got {type(self.fn).__name__}.")
         if not self.name:
-            self.name = getattr(self.fn, "__name__", None) or getattr(
-                getattr(self.fn, "func", None), "__name__", "reward"
-            )
+            self.name = reward_name(self.fn)
         self.weight = float(self.weight)

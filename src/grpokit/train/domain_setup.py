@@ -20,7 +20,7 @@ from grpokit.data.domain_sampler import DomainSampler
 from grpokit.data.domains import COLUMN, INHERITED, OWN, Domain, DomainReward, parse_domains
 from grpokit.data.prompts import PromptSampler
 from grpokit.rewards.runner import RewardRunner
-from grpokit.rewards.spec import RewardSpec
+from grpokit.rewards.spec import RewardSpec, reward_name
 
 from . import reward_setup, run_data
 
@@ -153,8 +153,8 @@ def domain_reward_specs(cfg: Config, extra: list[Callable] | None) -> list[Rewar
             own = reward_setup.reward_specs(domain_config(cfg, d), None, None)
         for sp in own:
             specs.append(RewardSpec(fn=DomainReward(sp.fn, d.name), name=f"{d.name}/{sp.name}", weight=sp.weight))
-    for i, f in enumerate(extra or []):
-        specs.append(RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=1.0))
+    for f in extra or []:
+        specs.append(RewardSpec(fn=f, name=reward_name(f), weight=1.0))
     return specs
 
 
@@ -243,9 +243,12 @@ def domain_graders(cfg: Config) -> dict[str, tuple[RewardSpec, str | None]]:
     return graders
 
 
-def domain_eval_runners(graders: dict[str, tuple[RewardSpec, str | None]]) -> dict[str, RewardRunner]:
-    """The runner of each domain's held-out set: its grader alone (``domain_graders``)."""
-    return {d: RewardRunner([spec], num_workers=0) for d, (spec, _) in graders.items()}
+def domain_eval_runners(
+    graders: dict[str, tuple[RewardSpec, str | None]], convention: str = "grpokit"
+) -> dict[str, RewardRunner]:
+    """The runner of each domain's held-out set: its grader alone (``domain_graders``), read under the run's
+    reward.convention."""
+    return {d: RewardRunner([spec], num_workers=0, convention=convention) for d, (spec, _) in graders.items()}
 
 
 def training_graders(graders: dict[str, tuple[RewardSpec, str | None]]) -> dict[str, str]:

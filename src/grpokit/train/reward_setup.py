@@ -11,7 +11,7 @@ from typing import Callable
 from grpokit.config.sections import Config, ConfigError
 from grpokit.rewards import process_steps
 from grpokit.rewards.runner import RewardRunner
-from grpokit.rewards.spec import RewardError, RewardSpec, resolve_reward
+from grpokit.rewards.spec import RewardError, RewardSpec, resolve_reward, reward_name
 
 from .run_data import task_of
 
@@ -35,10 +35,7 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
     extra = passed + env_rewards
     extra_weights = list(extra_weights) + [1.0] * (len(extra) - len(passed))
     task = task_of(cfg)
-    passed_specs = [
-        RewardSpec(fn=f, name=getattr(f, "__name__", f"reward_{i}"), weight=w)
-        for i, (f, w) in enumerate(zip(extra, extra_weights))
-    ]
+    passed_specs = [RewardSpec(fn=f, name=reward_name(f), weight=w) for f, w in zip(extra, extra_weights)]
     specs = []
     for name, w in zip(names, weights):
         if name == "task" and extra and task is None:
@@ -52,7 +49,7 @@ def reward_specs(cfg: Config, extra: list[Callable] | None, environment_factory=
                     "reward.functions names 'task' (the built-in task's reward) but the run trains on its own "
                     "data; name its reward instead (e.g. reward.functions=[math_accuracy]) or pass reward_funcs"
                 )
-            specs.append(RewardSpec(fn=task.reward_fn, name=getattr(task.reward_fn, "__name__", "task"), weight=w))
+            specs.append(RewardSpec(fn=task.reward_fn, name=reward_name(task.reward_fn), weight=w))
         else:
             specs.append(RewardSpec(fn=named_reward(cfg, name), name=name.split(":")[-1], weight=w))
     specs += passed_specs  # no "task" entry: the passed functions after the named ones
@@ -205,7 +202,7 @@ def eval_runner(cfg: Config, runner: RewardRunner) -> RewardRunner:
     else the first reward (the whole runner, whose first column the evaluator reads)."""
     if task_of(cfg) is None:
         return runner
-    return RewardRunner([grader(cfg, runner.specs)[0]], num_workers=0)
+    return RewardRunner([grader(cfg, runner.specs)[0]], num_workers=0, convention=cfg.reward.convention)
 
 
 def process_function(cfg: Config):

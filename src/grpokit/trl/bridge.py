@@ -163,7 +163,9 @@ class StepBridge:
             metrics = distributed.reduce_metrics(trainer.dist, metrics, rank_weights(sb))
             weights = [s.weight for s in trainer.runner.specs]
             metrics.update(
-                trl_reward_metrics(rows.rewards_NF, weights, sb.names, sb.group_size, *self.reward_scaling())
+                trl_reward_metrics(
+                    rows.rewards_NF, weights, sb.names, sb.group_size, *self.reward_scaling(), failed_NF=rows.failed_NF
+                )
             )
             self.sampled_round(metrics)
 

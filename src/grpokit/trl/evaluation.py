@@ -89,8 +89,8 @@ def eval_batch_metrics(
         "completions/max_length": float(max(lengths)),
         "completions/clipped_ratio": ro.finish_reasons.count("length") / len(lengths),
     }
-    weights = [spec.weight for spec in trainer.runner.specs]
-    out.update(trl_reward_metrics(sb.rewards_NF, weights, sb.names, G, *scaling))  # TRL's, as in training
+    weights = [spec.weight for spec in trainer.runner.specs]  # TRL's metrics, as in training:
+    out.update(trl_reward_metrics(sb.rewards_NF, weights, sb.names, G, *scaling, failed_NF=sb.failed_NF))
     out["entropy"] = ent
     logged = trainer.runner.logged_names  # what reward functions passed log_metric, this batch's mean (TRL's)
     out.update({k: v for k, v in sb.metrics.items() if k in logged and k not in out})

@@ -119,12 +119,17 @@ def rows_of(
 
 
 def reward_funcs_of(
-    funcs: Any, processing_classes: Any = None, env_reward: bool = False, chat_template_kwargs: dict | None = None
+    funcs: Any,
+    processing_classes: Any = None,
+    env_reward: bool = False,
+    chat_template_kwargs: dict | None = None,
+    device_of: Callable[[], Any] | None = None,
 ) -> list[Callable]:
     """Callables as given; a string is a reward model (local folder or hub id), as TRL, scored with
-    its entry of ``processing_classes`` when one is given (else its own tokenizer). One processing
-    class not in a list is a list of one, as in TRL (so it fits a single reward function only).
-    ``env_reward``: the environment's ``get_reward`` is a reward source, so no function is needed."""
+    its entry of ``processing_classes`` when one is given (else its own tokenizer), on ``device_of()``
+    (the run's device). One processing class not in a list is a list of one, as in TRL (so it fits a
+    single reward function only). ``env_reward``: the environment's ``get_reward`` is a reward source,
+    so no function is needed."""
     funcs = [] if funcs is None else funcs if isinstance(funcs, list) else [funcs]
     classes = (
         processing_classes
@@ -141,7 +146,7 @@ def reward_funcs_of(
     out = []
     for f, tok in zip(funcs, classes):
         if isinstance(f, str) or type(f).__name__.endswith("ForSequenceClassification"):
-            out.append(RewardModel(f, tok, chat_template_kwargs))
+            out.append(RewardModel(f, tok, chat_template_kwargs, device_of))
         elif callable(f) and not hasattr(f, "parameters"):
             out.append(f)
         else:
@@ -301,19 +306,29 @@ def refuse_custom_code(name: str, trust: bool) -> None:
 class RewardModel:
     """A sequence-classification reward model given by folder or hub id, scoring as TRL does: the
     reward tokenizer's chat template (with ``chat_template_kwargs``) over prompt + completion messages for
-    conversational data, ``prompt + completion`` otherwise, tokenized without special tokens and without
-    truncation; the reward is the first logit."""
+    conversational data (a tokenizer without one is refused, as TRL fails), ``prompt + completion``
+    otherwise, tokenized without special tokens and without truncation; the reward is the first logit (a
+    folder loads with num_labels=1, as TRL's; a model object of several labels is scored on its first, as
+    TRL scores it, with a warning). It scores on ``device_of()``, the run's device, as TRL's accelerator
+    places a reward model (a model object is moved there at the first call, a folder's too)."""
 
-    def __init__(self, path: Any, tokenizer: Any = None, chat_template_kwargs: dict | None = None):
+    def __init__(
+        self,
+        path: Any,
+        tokenizer: Any = None,
+        chat_template_kwargs: dict | None = None,
+        device_of: Callable[[], Any] | None = None,
+    ):
         from grpokit.rewards.models import SequenceClassifierReward
         from grpokit.train.hub import check_reachable
 
         given = not isinstance(path, str)  # an instantiated model (TRL takes one too)
         self.scorer = (  # a hub id: cached and the Hub unreachable, its cached folder (as the policy's)
-            SequenceClassifierReward(None, model=path)
+            SequenceClassifierReward(None, model=path, label_index=_first_logit(path))
             if given
             else SequenceClassifierReward(check_reachable(path, "reward_funcs entry"))
         )
+        self.device_of = device_of
         if tokenizer is not None:  # TRL's reward_processing_classes entry replaces the model's own tokenizer
             if tokenizer.pad_token is None:
                 tokenizer.pad_token = tokenizer.eos_token
@@ -323,20 +338,63 @@ class RewardModel:
         self.__name__ = name.rstrip("/").split("/")[-1]
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
+    def templated(self) -> bool:
+        """Whether its tokenizer has a chat template (conversational data is scored through it)."""
+        return bool(getattr(self.scorer.tokenizer, "chat_template", None))
+
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+        from grpokit.rewards.errors import RewardInfrastructureError
+        from grpokit.rewards.math import completion_text
+
+        if self.device_of is not None:
+            self.scorer.place(self.device_of())
         tok = self.scorer.tokenizer
-        if prompts and isinstance(prompts[0], list) and getattr(tok, "chat_template", None):
+        if prompts and isinstance(prompts[0], list):  # TRL's is_conversational
+            if not self.templated():  # no score of this batch could be right: the run stops
+                raise RewardInfrastructureError(no_template(self.__name__))
             kw = self.chat_template_kwargs
             texts = [tok.apply_chat_template(p + c, tokenize=False, **kw) for p, c in zip(prompts, completions)]
         else:
-            from grpokit.rewards.math import completion_text
-
-            texts = [
-                ("\n".join(m["content"] for m in p) if isinstance(p, list) else p) + completion_text(c)
-                for p, c in zip(prompts, completions)
-            ]
+            texts = [p + completion_text(c) for p, c in zip(prompts, completions)]
         # TRL: the texts as they are, no special tokens added (the template wrote them) and no truncation
         return self.scorer.score_texts(texts, add_special_tokens=False, cut=False)
+
+
+def no_template(name: str) -> str:
+    return (
+        f"reward model {name!r} scores conversational prompts through its tokenizer's chat template, and its "
+        "tokenizer has none; give a tokenizer with a chat_template as its reward_processing_classes entry (or set "
+        "its chat_template), as TRL requires"
+    )
+
+
+def check_reward_templates(funcs: list, rows: list) -> None:
+    """Before step 1: a reward model without a chat template cannot score conversational rows (TRL raises at
+    its first batch); refused in one sentence naming it."""
+    if rows and isinstance(rows[0].get("prompt"), list):
+        for f in funcs:
+            if isinstance(f, RewardModel) and not f.templated():
+                raise ConfigError(no_template(f.__name__))
+
+
+def _first_logit(model: Any) -> int | None:
+    """A reward model object's logit: its one output (None), or the first of several, as TRL's
+    ``logits[:, 0]`` reads it, said once (a classifier's first label is seldom a reward)."""
+    config = model.config
+    if config.num_labels == 1:
+        return None
+    import logging
+
+    labels = ", ".join(f"{i}: {config.id2label.get(i, i)}" for i in range(config.num_labels))
+    logging.getLogger("grpokit.trl").warning(
+        "reward model %r is a classifier with %d labels (%s); it is scored on its first logit, as TRL scores a "
+        "reward model object; give a reward model with one output (num_labels=1), or a reward function that reads "
+        "the label you mean",
+        config._name_or_path,
+        config.num_labels,
+        labels,
+    )
+    return 0
 
 
 def resume_source(output_dir: str, resume: str | bool) -> str:

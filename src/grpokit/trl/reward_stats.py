@@ -2,7 +2,8 @@
 computes them (training and evaluation alike), over the rewards of every process:
 
 * ``rewards/<f>/mean``, ``rewards/<f>/std``: the NaN-skipping mean and Bessel-corrected std of function
-  ``f``'s column (a function returning None for a completion leaves it out);
+  ``f``'s column (a function returning None for a completion leaves it out; so does a failed call, whose
+  ``failure_value`` counts in the total as trained but is no value of the function: docs/REWARDS.md);
 * ``reward``, ``reward_std``: the same over the weighted sum, leaving out the completions every function
   returned None for (TRL marks them NaN);
 * ``frac_reward_zero_std``: the share of completions whose scaling std is 0 (``torch.isclose``, so <= 1e-8):
@@ -35,16 +36,19 @@ def trl_reward_metrics(
     group_size: int,
     scale_rewards: str = "group",
     aggregation: str = "sum_then_normalize",
+    failed_NF: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """TRL's reward metrics of ``rewards_NF`` (N, F), every process's rows in order (groups of
-    ``group_size`` contiguous), NaN where a function returned None; ``weights`` are reward_weights."""
+    ``group_size`` contiguous), NaN where a function returned None; ``weights`` are reward_weights;
+    ``failed_NF`` (N, F) bool, where a function failed (its entry holds failure_value; None: none failed)."""
     r = rewards_NF.float()
     w = torch.tensor(weights, dtype=torch.float32)
     unscorable_N = r.isnan().all(dim=1)
+    own_NF = r if failed_NF is None else r.masked_fill(failed_NF.bool(), float("nan"))  # the functions' own values
     out: dict[str, float] = {}
     for f, name in enumerate(names):
-        out[f"rewards/{name}/mean"] = torch.nanmean(r[:, f]).item()
-        out[f"rewards/{name}/std"] = nanstd(r[:, f]).item()
+        out[f"rewards/{name}/mean"] = torch.nanmean(own_NF[:, f]).item()
+        out[f"rewards/{name}/std"] = nanstd(own_NF[:, f]).item()
     total_N = (r * w).nansum(dim=1)
     total_N[unscorable_N] = float("nan")
     if aggregation == "normalize_then_sum":

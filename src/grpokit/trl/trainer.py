@@ -69,6 +69,7 @@ from .contract.surface import (
 from .inputs import (
     LORA_FIELDS,
     HubPushError,
+    check_reward_templates,
     env_owns_reward,
     push_folder,
     resume_source,
@@ -134,12 +135,7 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         self.args = args
         self._check_args()
         train_rows = self._train_rows()
-        funcs = reward_funcs_of(
-            reward_funcs,
-            reward_processing_classes,
-            env_owns_reward(reward_funcs, environment_factory),
-            self.args.chat_template_kwargs,
-        )
+        funcs = self._reward_funcs(reward_funcs, reward_processing_classes, environment_factory, train_rows)
         cfg = self._run_config(train_rows, len(funcs))
         self._memory_tracker = memory.TrainerMemoryTracker(self.args.skip_memory_metrics)
         self._memory_tracker.start()  # from __init__: the "init" stage (memory.py), once the arguments are checked
@@ -166,6 +162,15 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         attributes.init_state(self, funcs, tools, environment_factory, rollout_func)
         memory.stop(self._memory_tracker, "init")
 
+    def _reward_funcs(self, reward_funcs: Any, classes: Any, environment_factory: Any, train_rows: list) -> list:
+        """The reward functions as TRL takes them (inputs.reward_funcs_of), a reward model scoring on the run's
+        device as TRL's accelerator places it; one without the chat template the rows need is refused now."""
+        env_reward = env_owns_reward(reward_funcs, environment_factory)
+        device_of = lambda: self.accelerator.device  # noqa: E731 - read at each call: the run's, once built
+        funcs = reward_funcs_of(reward_funcs, classes, env_reward, self.args.chat_template_kwargs, device_of)
+        check_reward_templates(funcs, train_rows)
+        return funcs
+
     def _init_run_state(self) -> None:
         """What the run is before it is built: none yet, nothing started, no assigned reference or checkpoint."""
         self._trainer = None  # built on first use: a resumed run must not start fresh files first
@@ -190,6 +195,7 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         """grpokit's Trainer (resumed from the run folder ``resume``), with TRL's step bridge as its
         callback and the hooks that count TRL's tokens and keep its completion logs."""
         from grpokit.train.loop import Trainer
+        from grpokit.train.step_metrics import row_advantages
 
         self._reread_args()
         self.bridge = self._new_bridge()
@@ -219,9 +225,10 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         def count(sb):  # TRL's num_tokens and terminated lengths of each training sampling call
             if not self._evaluating:
                 self.bridge.add_sampled(sb.rollout, sb.rollout.model_lengths())
-                add_to_logs(self._logs, sb)
 
         trainer.on_sampled.append(count)
+        # the batch as trained, with the advantages the update reads (TRL logs the ones it computed)
+        trainer.on_inputs.append(lambda sb, inp, rows: add_to_logs(self._logs, sb, row_advantages(inp.advantages)))
         held_rewards.connect(self, trainer)  # reward_funcs / reward_weights read at every batch, as TRL's
         held_generation.apply(self, trainer)  # generation_config's sampling fields written so far
         overrides.into_slots(self, trainer)  # reward calls per batch; the subclass's overrides as the stages

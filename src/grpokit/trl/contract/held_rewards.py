@@ -46,7 +46,9 @@ def _set_funcs(self: Any, value: Any) -> None:
     value = list(value) if isinstance(value, list) else [value]
     held = self._reward_funcs
     classes = self._reward_classes if len(value) == len(held) else None
-    funcs = reward_funcs_of(value, classes, chat_template_kwargs=self.args.chat_template_kwargs)
+    funcs = reward_funcs_of(
+        value, classes, chat_template_kwargs=self.args.chat_template_kwargs, device_of=lambda: self.accelerator.device
+    )
     if len(funcs) != len(held):
         raise ConfigError(
             f"GRPOTrainer.reward_funcs can be replaced by as many functions ({len(held)}, one per reward "

@@ -14,6 +14,7 @@ import torch
 
 from grpokit.config.sections import ConfigError
 from grpokit.rewards.inputs import reward_prompts
+from grpokit.rewards.spec import reward_name
 from grpokit.train import distributed
 
 from ..args.model import fp16_on_cpu
@@ -32,15 +33,15 @@ def new_logs(maxlen: int | None = None) -> dict[str, Any]:
     }
 
 
-def add_to_logs(logs: dict[str, Any], batch: Any) -> None:
-    """Append one scored batch (``types.ScoredBatch``): one entry per completion."""
+def add_to_logs(logs: dict[str, Any], batch: Any, advantages_N: torch.Tensor) -> None:
+    """Append one scored batch (``types.ScoredBatch``) and the advantages it trains on (``advantages_N``, one
+    per completion, as TRL logs the advantages it computed): one entry per completion."""
     G = batch.group_size
     logs["prompt"].extend(reward_prompts(batch.prompts, G, "grpokit", batch.rollout.episodes))
     logs["completion"].extend(batch.texts)
     for j, name in enumerate(batch.names):
         logs["rewards"][name].extend(batch.rewards_NF[:, j].tolist())
-    total = batch.total_N.view(-1, G)  # TRL's logged advantage: the reward minus its group's mean
-    logs["advantages"].extend((total - total.mean(dim=1, keepdim=True)).flatten().tolist())
+    logs["advantages"].extend(advantages_N.tolist())
     for column, values in batch.extra.items():
         logs["extra"][column].extend(values)
 
@@ -57,8 +58,9 @@ def high_entropy_mask(entropy_NT: torch.Tensor, mask_NT: torch.Tensor, quantile:
 
 
 def reward_names(funcs: list) -> list[str]:
-    """TRL's ``reward_func_names``: a function's ``__name__``, a reward model's folder or id's last part."""
-    return [getattr(f, "__name__", type(f).__name__) for f in funcs]
+    """TRL's ``reward_func_names``: each function's one name (rewards/spec.py ``reward_name``, the name its
+    metrics and ``_logs`` column carry), a reward model's folder or id's last part."""
+    return [reward_name(f) for f in funcs]
 
 
 class Accelerator:
