@@ -2,8 +2,9 @@
 observation: TRL appends it to the last message of each rollout's prompt before sampling and passes that
 prompt to the reward functions, row by row (a row whose reset returned None keeps its bare prompt). The same
 script runs under ``trl`` and ``grpokit.trl``; before, grpokit.trl passed the dataset's prompt without the
-observation (with no dataset: an empty user turn). A list of text parts is appended as parts, and a list
-TRL cannot append (message dicts) is refused in one sentence where TRL raises a KeyError."""
+observation (with no dataset: an empty user turn). A ``_calculate_rewards`` override's ``inputs`` keep the
+dataset's row, its prompt without the observation, as TRL's; a list of text parts is appended as parts, and
+a list TRL cannot append (message dicts) is refused in one sentence where TRL raises a KeyError."""
 
 from __future__ import annotations
 
@@ -110,6 +111,16 @@ def test_each_rollout_gets_its_own_observation_and_none_leaves_the_prompt_bare(l
     # random model never ends early). Before, grpokit.trl began each completion with the part of the prompt its
     # group did not share, as environment tokens that used up the 6: the model sampled none (mean_length 0).
     assert line["completions/mean_length"] == 6.0
+
+
+@pytest.mark.parametrize("lib", ["trl", "grpokit.trl"])
+def test_a_calculate_rewards_override_gets_the_dataset_rows_as_inputs(lib, qwen_model, tmp_path):
+    seen, _ = run(lib, qwen_model, tmp_path, [" OBS"], override=True, train_dataset=PLAY)
+    assert seen == [[{"role": "user", "content": "play OBS"}]] * 4  # prompts: with the observation
+    # inputs: the dataset's rows. Before (grpokit.trl): "play OBS" as the prompt, and an "environments" key
+    assert INPUTS == [{"prompt": [{"role": "user", "content": "play"}], "level": 1}] * 4
+    # the key the override added reached the reward function (before, grpokit.trl's super() read its own copy)
+    assert KEYS == [["bonus", "completion_ids", "environments", "level", "log_extra", "log_metric", "trainer_state"]]
 
 
 @pytest.mark.parametrize("lib", ["trl", "grpokit.trl"])

@@ -193,6 +193,7 @@ def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
         timeout_s=rc.timeout_s,
         failure_value=rc.failure_value,
         max_failure_fraction=rc.max_failure_fraction,
+        convention=rc.convention,
     )
     graders = domain_setup.domain_graders(cfg)  # one grader per domain, for the held-out set and each step
     return Rewards(
@@ -200,7 +201,7 @@ def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
         reward_setup.eval_runner(cfg, runner),
         [sp.weight for sp in specs],
         process_fn,
-        domain_setup.domain_eval_runners(graders),
+        domain_setup.domain_eval_runners(graders, rc.convention),
         domain_setup.training_graders(graders),
         domain_setup.judged_columns(cfg, specs),
     )

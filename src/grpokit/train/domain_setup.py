@@ -217,9 +217,11 @@ def domain_graders(cfg: Config) -> dict[str, tuple[RewardSpec, str | None]]:
     return graders
 
 
-def domain_eval_runners(graders: dict[str, tuple[RewardSpec, str | None]]) -> dict[str, RewardRunner]:
-    """The runner of each domain's held-out set: its grader alone (``domain_graders``)."""
-    return {d: RewardRunner([spec], num_workers=0) for d, (spec, _) in graders.items()}
+def domain_eval_runners(
+    graders: dict[str, tuple[RewardSpec, str | None]], convention: str = "grpokit"
+) -> dict[str, RewardRunner]:
+    """The runner of each domain's held-out set: its grader alone (``domain_graders``), under reward.convention."""
+    return {d: RewardRunner([spec], num_workers=0, convention=convention) for d, (spec, _) in graders.items()}
 
 
 def training_graders(graders: dict[str, tuple[RewardSpec, str | None]]) -> dict[str, str]:

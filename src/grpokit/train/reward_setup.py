@@ -205,7 +205,7 @@ def eval_runner(cfg: Config, runner: RewardRunner) -> RewardRunner:
     else the first reward (the whole runner, whose first column the evaluator reads)."""
     if task_of(cfg) is None:
         return runner
-    return RewardRunner([grader(cfg, runner.specs)[0]], num_workers=0)
+    return RewardRunner([grader(cfg, runner.specs)[0]], num_workers=0, convention=cfg.reward.convention)
 
 
 def process_function(cfg: Config):
