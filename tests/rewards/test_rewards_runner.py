@@ -201,6 +201,46 @@ def test_the_reserved_keywords_are_exactly_what_the_runner_passes_beside_the_col
             runner.score(**_batch(["a", "b"], group_size=2), columns={"log_metric": ["x", "x"]})
 
 
+def test_under_trls_convention_a_function_gets_exactly_the_keywords_trl_passes():
+    """TRL's _calculate_rewards passes prompts, completions, completion_ids, trainer_state, log_extra, log_metric
+    and the keys of its rows but prompt, completion and completion_ids. Before, a function under grpokit.trl also
+    got group_size, and a dataset column named completion (a **kwargs function forwarding them to something
+    strict failed under grpokit only)."""
+    from grpokit.rewards import RewardRunner
+
+    _SEEN.clear()
+    columns = {"answer": ["x", "x"], "completion": ["c", "c"], "prompt": ["p", "p"]}
+    with RewardRunner([RewardSpec(records_keywords, "k")], num_workers=0, convention="trl") as runner:
+        runner.whole_batch = True  # as grpokit.trl runs it
+        runner.score(**_batch(["a", "b"], group_size=2), columns=columns)
+    trl = {"answer", "prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra"}
+    assert _SEEN == [trl]
+    with RewardRunner([RewardSpec(records_keywords, "k")], num_workers=0) as runner:  # grpokit's: every column, G
+        runner.score(**_batch(["a", "b"], group_size=2), columns=columns)
+    assert _SEEN[1] == trl | {"group_size", "completion", "prompt"}
+
+
+def test_grpokits_own_group_relative_reward_still_gets_group_size_under_trls_convention():
+    import functools
+
+    from grpokit.data.domains import DomainReward
+    from grpokit.rewards import RewardRunner
+    from grpokit.rewards.length import length_penalty
+    from grpokit.rewards.spec import passes_group_size
+
+    batch = dict(_batch(["a", "bbb", "ccccc", "ddddddd"], group_size=2), completion_ids=[[0] * n for n in (1, 3, 5, 7)])
+    with RewardRunner([RewardSpec(length_penalty, "kimi")], num_workers=0, convention="trl") as runner:
+        runner.whole_batch = True  # one call of all 4 completions: only group_size says where a group ends
+        res = runner.score(**batch, columns={"correct": [1, 1, 1, 1]})
+    # Kimi's lambda = 0.5 - (L - min) / (max - min) within each group of G = 2: lengths (1, 3) and (5, 7) give
+    # 0.5 and -0.5 each. Without group_size the 4 would be one group (min 1, max 7): 0.5, 1/6, -1/6, -0.5.
+    assert res.rewards_NF[:, 0].tolist() == [0.5, -0.5, 0.5, -0.5]
+    assert passes_group_size(functools.partial(length_penalty, correct=None), "trl")  # a partial of it too
+    assert passes_group_size(DomainReward(length_penalty, "d"), "trl")  # a domain's wrapper forwards it
+    assert not passes_group_size(DomainReward(half, "d"), "trl") and not passes_group_size(half, "trl")
+    assert passes_group_size(half, "grpokit")
+
+
 def test_input_mistakes_get_one_sentence():
     from grpokit.rewards import RewardRunner
 

@@ -2,9 +2,11 @@
 reward functions get as ``prompts`` (rewards/inputs.py), as TRL appends the observation to the last message
 of the prompt it passes them. Before, they got the dataset's prompt without it."""
 
+import re
+
 import pytest
 
-from grpokit.data.prompts import with_observation
+from grpokit.data.observations import with_observation
 from grpokit.rewards.inputs import reward_prompts
 from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
 from grpokit.rollout.hf import SamplingParams
@@ -116,3 +118,62 @@ def test_a_random_resets_observation_takes_nothing_from_the_models_token_budget(
     assert ro.model_lengths() == [3, 3] and ro.finish_reasons == ["length", "length"]
     assert ro.completion_ids == [ids("<answer>0</answer>")] * 2  # no environment token before the model's
     assert sorted(TOK.decode(ro.prompt_of(i)) for i in range(2)) == ["4= 11", "4= 12"]
+
+
+class Parts(Counter):
+    """reset() returns TRL's other form: a list of text content parts (before: joined as "4=[{'type': ...}]")."""
+
+    board: object = [{"type": "text", "text": " 1"}, {"type": "text", "text": "2"}]
+
+    def reset(self, **row):
+        super().reset(**row)
+        return Parts.board
+
+
+def test_text_parts_from_reset_join_a_chat_prompt_as_parts_and_the_model_sees_their_text():
+    chat = Prompt("4=", ids("4="), {"answer": "4"}, [{"role": "user", "content": "4="}])
+    ro, seen = run(Parts, chat, G=1)
+    # TRL: the string content becomes one text part, then the observation's parts follow it
+    parts = [{"type": "text", "text": "4="}, {"type": "text", "text": " 1"}, {"type": "text", "text": "2"}]
+    assert reward_prompts([chat], 1, "trl", ro.episodes) == [[{"role": "user", "content": parts}]]
+    assert seen[0] == "4= 12"  # not rendered (tags): the parts' texts " 1" + "2" after the prompt
+    assert ro.prompt_of(0) == ids("4= 12") and ro.episodes[0].observed.text == "4= 12"
+
+
+@pytest.mark.parametrize(
+    "board, words",
+    [
+        ([{"role": "user", "content": "go"}], "item 0 ({'role': 'user', 'content': 'go'}) is not a content part"),
+        (["go"], "item 0 ('go') is not a content part"),  # TRL: TypeError in _tokenize_prompts
+        ([{"type": "image", "image": "x.png"}], "a 'image' content part (item 0"),  # environments take no images
+        (3, "returned a int (3)"),  # TRL: str + int, a TypeError
+        ({"text": "go"}, "returned a dict"),
+    ],
+)
+def test_a_reset_value_trl_cannot_join_is_refused_in_one_sentence(board, words):
+    from grpokit.config.sections import ConfigError
+
+    Parts.board = board
+    chat = Prompt("4=", ids("4="), {"answer": "4"}, [{"role": "user", "content": "4="}])
+    try:
+        with pytest.raises(ConfigError, match=re.escape(words)):  # before: str() of it joined the prompt
+            run(Parts, chat, G=1)
+    finally:
+        Parts.board = [{"type": "text", "text": " 1"}, {"type": "text", "text": "2"}]
+
+
+def test_text_parts_after_a_text_prompt_are_refused():
+    from grpokit.config.sections import ConfigError
+
+    with pytest.raises(ConfigError, match="content parts for a prompt that is a text"):
+        with_observation("4=", (" go",))  # TRL reads prompt[-1]["content"]: no message, no parts
+
+
+def test_text_parts_are_cut_at_max_observation_chars_in_all():
+    from grpokit.rollout.episode_starts import capped
+
+    # 3 + 4 = 7 characters > 5: "abc" kept (2 left), "defg" cut after "de" and marked, "h" dropped
+    assert capped(("abc", "defg", "h"), 5) == ("abc", "de...[truncated]")
+    assert capped(("abc", "de"), 5) == ("abc", "de")  # exactly 5: not cut
+    assert capped(("abc", "de"), 0) == ("abc", "de")  # 0: no cap
+    assert capped(("abc", "defg"), 3) == ("abc", "...[truncated]")  # the cap falls between parts: the mark alone

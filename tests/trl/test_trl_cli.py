@@ -145,6 +145,9 @@ def test_trl_grpo_num_processes_2_runs_two_ranks_under_torchrun(chat_model, tmp_
     done = _trl_grpo([*argv, "--output_dir", str(run), *_flags(args)], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"model saved to {run}" in done.stdout
+    # the GRPOConfig joined the gloo group (transformers' TrainingArguments): no grpokit setting is warned unread
+    # (before: "train.dist_timeout_s=1800 changes nothing in this run", ddp_timeout never set)
+    assert "dist_timeout_s" not in done.stderr + done.stdout
     assert yaml.safe_load((run / "config.yaml").read_text())["train"]["prompts_per_step"] == 2
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps if "reward" in s] == [1, 2]

@@ -2,7 +2,9 @@
 observation: TRL appends it to the last message of each rollout's prompt before sampling and passes that
 prompt to the reward functions, row by row (a row whose reset returned None keeps its bare prompt). The same
 script runs under ``trl`` and ``grpokit.trl``; before, grpokit.trl passed the dataset's prompt without the
-observation (with no dataset: an empty user turn)."""
+observation (with no dataset: an empty user turn). A ``_calculate_rewards`` override's ``inputs`` keep the
+dataset's row, its prompt without the observation, as TRL's; a list of text parts is appended as parts, and
+a list TRL cannot append (message dicts) is refused in one sentence where TRL raises a KeyError."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import pytest
 from datasets import Dataset
 
 SEEN: list = []  # the prompts each reward call got
+KEYS: list = []  # the keywords beside prompts and completions of each reward call
+INPUTS: list = []  # the inputs rows a _calculate_rewards override got
 
 
 class Game:
@@ -38,7 +42,22 @@ class Game:
 
 def recorded(prompts, completions, **kwargs):
     SEEN.extend(prompts)
+    KEYS.append(sorted(kwargs))
     return [0.0] * len(completions)
+
+
+def overriding(base):
+    """``base`` (either library's GRPOTrainer) with a ``_calculate_rewards`` that records its ``inputs`` and
+    adds a key to every row before ``super()``: TRL's reward functions get every key of the rows."""
+
+    class Recorded(base):
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            INPUTS.extend(dict(x) for x in inputs)
+            for x in inputs:
+                x["bonus"] = 1
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+    return Recorded
 
 
 @pytest.fixture(scope="module")
@@ -52,16 +71,18 @@ def qwen_model(tmp_path_factory):
     return make_qwen2_tool_model(tmp_path_factory.mktemp("qwen-tools"), qwen3_chat_template, max_positions=2048)[0]
 
 
-def run(lib: str, model, tmp_path, boards: list, **data) -> tuple[list, dict]:
-    """One step of 2 prompts x 2 rollouts; the prompts the reward function got and the step's logged line."""
+def run(lib: str, model, tmp_path, boards: list, override: bool = False, **data) -> tuple[list, dict]:
+    """One step of 2 prompts x 2 rollouts; the prompts the reward function got and the step's logged line
+    (``override``: through a subclass's ``_calculate_rewards``, ``overriding``)."""
     trl = importlib.import_module(lib)
-    SEEN.clear()
+    SEEN.clear(), KEYS.clear(), INPUTS.clear()
     Game.boards, Game.resets = boards, 0
     args = trl.GRPOConfig(
         output_dir=str(tmp_path / lib), per_device_train_batch_size=4, num_generations=2, max_completion_length=6,
         max_steps=1, use_cpu=True, report_to="none", save_strategy="no", seed=0, max_tool_calling_iterations=1,
     )  # fmt: skip
-    trainer = trl.GRPOTrainer(str(model), reward_funcs=[recorded], args=args, environment_factory=Game, **data)
+    cls = overriding(trl.GRPOTrainer) if override else trl.GRPOTrainer
+    trainer = cls(str(model), reward_funcs=[recorded], args=args, environment_factory=Game, **data)
     trainer.train()
     return list(SEEN), trainer.state.log_history[0]
 
@@ -90,3 +111,33 @@ def test_each_rollout_gets_its_own_observation_and_none_leaves_the_prompt_bare(l
     # random model never ends early). Before, grpokit.trl began each completion with the part of the prompt its
     # group did not share, as environment tokens that used up the 6: the model sampled none (mean_length 0).
     assert line["completions/mean_length"] == 6.0
+
+
+@pytest.mark.parametrize("lib", ["trl", "grpokit.trl"])
+def test_a_calculate_rewards_override_gets_the_dataset_rows_as_inputs(lib, qwen_model, tmp_path):
+    seen, _ = run(lib, qwen_model, tmp_path, [" OBS"], override=True, train_dataset=PLAY)
+    assert seen == [[{"role": "user", "content": "play OBS"}]] * 4  # prompts: with the observation
+    # inputs: the dataset's rows. Before (grpokit.trl): "play OBS" as the prompt, and an "environments" key
+    assert INPUTS == [{"prompt": [{"role": "user", "content": "play"}], "level": 1}] * 4
+    # the key the override added reached the reward function (before, grpokit.trl's super() read its own copy)
+    assert KEYS == [["bonus", "completion_ids", "environments", "level", "log_extra", "log_metric", "trainer_state"]]
+
+
+@pytest.mark.parametrize("lib", ["trl", "grpokit.trl"])
+def test_text_parts_from_reset_are_appended_to_the_last_message_as_parts(lib, qwen_model, tmp_path):
+    seen, _ = run(lib, qwen_model, tmp_path, [[{"type": "text", "text": " OBS"}]], train_dataset=PLAY)
+    # the string content becomes one text part, the observation's parts follow; before (grpokit.trl) the
+    # list's str() was appended: "play[{'type': 'text', 'text': ' OBS'}]"
+    parts = [{"type": "text", "text": "play"}, {"type": "text", "text": " OBS"}]
+    assert seen == [[{"role": "user", "content": parts}]] * 4
+
+
+@pytest.mark.parametrize("lib", ["trl", "grpokit.trl"])
+def test_a_list_of_messages_from_reset_fails_under_trl_and_is_refused_in_one_sentence(lib, qwen_model, tmp_path):
+    from grpokit.config.sections import ConfigError
+
+    boards = [[{"role": "user", "content": "OBS"}]]
+    # TRL's _tokenize_prompts reads part["type"] of each content part: KeyError 'type'. Before, grpokit.trl
+    # trained on "play[{'role': 'user', 'content': 'OBS'}]"
+    with pytest.raises(KeyError if lib == "trl" else ConfigError, match="type"):
+        run(lib, qwen_model, tmp_path, boards, train_dataset=PLAY)

@@ -1,8 +1,12 @@
 """grpokit.trl under several processes: TRL's num_tokens and terminated lengths count every process's
 completions (TRL gathers them: grpo_trainer.py's ``_generate_and_score_completions``), and a group TRL would split
-across processes is refused in TRL's own terms."""
+across processes is refused in TRL's own terms; under torchrun the process group's timeout is ddp_timeout where TRL
+applies it, and no grpokit setting is warned unread."""
 
 import json
+import os
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -15,6 +19,7 @@ from grpokit.trl import GRPOConfig
 from grpokit.trl.bridge import StepBridge
 from grpokit.trl.mapping import to_config
 from grpokit.types import Rollout
+from helpers.paths import ROOT, TESTS
 
 
 class _OtherRank:
@@ -219,3 +224,37 @@ def test_a_compute_loss_override_trains_as_trl_under_two_processes(chat_model, t
     assert max(abs(x) for x in own["delta"]) > 0
     torch.testing.assert_close(torch.tensor(over["delta"]), torch.tensor(own["delta"]), atol=1e-6, rtol=1e-4)
     assert over["loss"] == pytest.approx(own["loss"], rel=1e-4, abs=1e-6)
+
+
+# ---------------------------------------------------------------- ddp_timeout under torchrun
+
+WORKER = TESTS / "helpers" / "ddp_timeout_worker.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lib", ["trl", "grpokit.trl"])
+@pytest.mark.parametrize("use_cpu", [True, False])
+def test_ddp_timeout_is_the_process_groups_as_under_trl_and_no_setting_is_warned_unread(
+    lib, use_cpu, chat_model, tmp_path
+):
+    """Two processes under torchrun, ddp_timeout=7200. Building the GRPOConfig joins the gloo group (transformers'
+    TrainingArguments, as TRL's): with use_cpu=True transformers passes no timeout (torch's default, 1800 s), so
+    ddp_timeout is read nowhere, under TRL too; without use_cpu on this CPU machine no group is joined then and the
+    trainer joins it with 7200 s (grpokit's train.dist_timeout_s). Before, grpokit.trl warned on every such run
+    that "train.dist_timeout_s=7200 changes nothing" (=1800 when ddp_timeout was not set at all)."""
+    if lib == "trl":
+        pytest.importorskip("trl")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(TESTS)]),
+        "TMPDIR": str(tmp_path),  # torchrun's log folders
+        "OMP_NUM_THREADS": "1",
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+    }
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(WORKER)]
+    args = [lib, chat_model, str(tmp_path), "7200", "1" if use_cpu else "0"]
+    done = subprocess.run([*launch, *args], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["timeout_s"] for r in ranks] == [1800.0 if use_cpu else 7200.0] * 2
+    assert [r["warnings"] for r in ranks] == [[], []]

@@ -75,3 +75,42 @@ def test_a_failing_reward_function_is_one_sentence_with_its_name_and_row(tmp_pat
     ) as info:
         tr.train()
     assert info.value.__cause__ is None and info.value.__suppress_context__  # no chained 30-frame traceback
+
+
+KWARGS: list = []  # each call's keywords beside prompts and completions: name -> (type, first value)
+
+
+def strict(prompts, completions, **kwargs):
+    """Records every keyword it got (its type: a callable is one, a lambda or a bound method), so the test
+    compares the whole set."""
+    kind = lambda v: "callable" if callable(v) else type(v).__name__  # noqa: E731
+    KWARGS.append({k: (kind(v), v[0] if isinstance(v, list) else None) for k, v in kwargs.items()})
+    return [0.0] * len(completions)
+
+
+def keywords_under(lib: str, model: str, tmp_path) -> dict:
+    import importlib
+
+    from datasets import Dataset
+
+    trl = importlib.import_module(lib)
+    KWARGS.clear()
+    row = {"prompt": [{"role": "user", "content": "ab"}], "level": 1, "meta": {"a": 1}, "opt": None, "completion": "c"}
+    args = trl.GRPOConfig(
+        str(tmp_path / lib), max_steps=1, per_device_train_batch_size=2, num_generations=2, max_completion_length=2,
+        use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True,
+    )  # fmt: skip
+    trl.GRPOTrainer(model, reward_funcs=strict, args=args, train_dataset=Dataset.from_list([row] * 2)).train()
+    (seen,) = KWARGS
+    return {k: v if k != "completion_ids" else v[0] for k, v in seen.items()}  # ids differ: sampled
+
+
+def test_a_reward_function_gets_the_same_keywords_under_trl_and_grpokit_trl(chat_model, tmp_path):
+    """The whole keyword dict a function gets beside prompts and completions, on one dataset with extra columns
+    (one named completion, which TRL passes no function). Before, grpokit.trl added group_size=2 and
+    completion=["c", "c"]: a function that forwards **kwargs to something strict failed under grpokit only."""
+    pytest.importorskip("trl")
+    ours, theirs = keywords_under("grpokit.trl", chat_model, tmp_path), keywords_under("trl", chat_model, tmp_path)
+    assert ours == theirs
+    assert sorted(ours) == ["completion_ids", "level", "log_extra", "log_metric", "meta", "opt", "trainer_state"]
+    assert ours["level"] == ("list", 1) and ours["meta"] == ("list", {"a": 1}) and ours["opt"] == ("list", None)

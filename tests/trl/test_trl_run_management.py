@@ -370,14 +370,18 @@ def test_ddp_timeout_reaches_the_process_group(monkeypatch):
 
     from grpokit.train import distributed
 
-    def timeout(processes, **kw):  # the gate and the mapping read one thing: the GRPOConfig's world_size
+    def timeout(processes, joined=False, **kw):  # the gate and the mapping read the GRPOConfig's world_size
         with monkeypatch.context() as m:
             m.setattr(GRPOConfig, "world_size", property(lambda self: processes))
+            m.setattr(dist, "is_initialized", lambda: joined)
             return to_config(GRPOConfig("o", **kw), num_rows=4, world_size=processes).train.dist_timeout_s
 
     assert timeout(2) == 1800  # transformers' default
     assert timeout(2, ddp_timeout=7200) == 7200
     assert timeout(1, ddp_timeout=0) == 0  # one process: unread
+    # a group joined already (by the GRPOConfig under torchrun, with ddp_timeout: transformers'): grpokit's setup
+    # joins nothing, so nothing is mapped. Before: 7200, which setup warned "changes nothing" on every such run
+    assert timeout(2, joined=True, ddp_timeout=7200) == 0
     joined = []
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(dist, "is_initialized", lambda: False)

@@ -1,6 +1,7 @@
 """Stage 1, prompts: rows from a dataset (``prompts.py``: local JSONL/Parquet/CSV or the hub, column
 mapping, chat template, the sampler) or from a built-in verifiable task (``tasks/``)."""
 
+from grpokit.data.observations import with_observation
 from grpokit.data.prompts import (
     FILE_BUILDERS,
     PromptSampler,
@@ -8,7 +9,6 @@ from grpokit.data.prompts import (
     rename_columns,
     render_prompt,
     to_prompts,
-    with_observation,
 )
 from grpokit.types import repeat_columns
 

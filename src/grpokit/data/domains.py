@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError, DataConfig, RewardConfig, beside_domains
-from grpokit.rewards.spec import call_reward
+from grpokit.rewards.spec import call_reward, passes_group_size
 
 COLUMN = "domain"  # the column every domain row carries (reward functions may read it as ``domain``)
 
@@ -176,6 +176,7 @@ class DomainReward:
     def __init__(self, fn: Callable, domain: str):
         self.fn, self.domain = fn, domain
         self.__name__ = getattr(fn, "__name__", "reward")
+        self.reads_group_size = passes_group_size(fn, "trl")  # passes group_size on where its function reads it
 
     def __call__(self, **kwargs: Any) -> list:
         tags = kwargs.get(COLUMN)

@@ -338,19 +338,6 @@ def check_template_settings(prompts: list, tokenizer, cfg: DataConfig) -> None:
     )
 
 
-def with_observation(prompt: Any, observation: str) -> Any:
-    """The prompt with an environment's reset() observation appended (to the last message's content
-    for chat messages, as TRL does: a content of typed parts gets the observation as one more text part;
-    to the text otherwise)."""
-    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
-        last = prompt[-1]
-        content = last.get("content", "")
-        if isinstance(content, list):
-            return prompt[:-1] + [{**last, "content": content + [{"type": "text", "text": observation}]}]
-        return prompt[:-1] + [{**last, "content": str(content) + observation}]
-    return str(prompt) + observation
-
-
 def _templated(tokenizer, cfg: DataConfig, prompt: Any = None) -> bool:
     """Whether ``prompt`` goes through the chat template: "conversational" (TRL) templates chat
     messages only; "always" needs a template; "auto" uses one when the tokenizer has it."""

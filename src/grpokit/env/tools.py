@@ -227,8 +227,12 @@ def is_cut(text: str, max_chars: int) -> bool:
     return bool(max_chars) and len(text) > max_chars
 
 
+CUT_MARK = "...[truncated]"
+"""What follows a text ``cap_text`` cut."""
+
+
 def cap_text(text: str, max_chars: int) -> str:
     """``text`` cut at ``max_chars`` characters (0 = no cap), marked when cut."""
     if is_cut(text, max_chars):
-        return text[:max_chars] + "...[truncated]"
+        return text[:max_chars] + CUT_MARK
     return text

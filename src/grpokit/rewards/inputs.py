@@ -23,6 +23,16 @@ def reward_prompts(prompts, group_size: int, convention: str = "grpokit", episod
     return [o.text if o is not None else p.text for p, o in zip(rows, seen)]
 
 
+def row_prompts(prompts, convention: str = "grpokit") -> dict[str, list]:
+    """TRL's ``inputs[i]["prompt"]`` under TRL's convention: the column ``prompt``, each completion's prompt as
+    its dataset row holds it (``prompts``: one ``Prompt`` per completion), without a reset() observation, which
+    only ``reward_prompts`` carries, as in TRL. A ``_calculate_rewards`` override reads it in ``inputs``; the
+    runner passes it to no function (rewards/spec.py ``passed_columns``, TRL's rule). {} under grpokit's."""
+    if convention != "trl":
+        return {}
+    return {"prompt": [p.raw if p.raw is not None else p.text for p in prompts]}
+
+
 def reward_inputs(ro, texts: list[str], prompts=None, convention: str = "grpokit") -> tuple[list, dict[str, list]]:
     """What reward functions receive for a rollout: plain texts for single-turn completions (under
     the TRL convention, ``[{"role": "assistant", "content": text}]`` when the prompt is a list of

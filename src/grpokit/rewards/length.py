@@ -34,6 +34,7 @@ from typing import Any
 
 from .errors import ItemFailure
 from .math import completion_text, correctness
+from .spec import reads_group_size
 
 
 def _lengths(completions: list[Any], completion_ids: list[list[int]] | None) -> list[int]:
@@ -104,6 +105,7 @@ def repetition_penalty(
     return out
 
 
+@reads_group_size  # its groups are G completions, also in TRL's one call per batch (rewards/spec.py)
 def length_penalty(
     completions: list[Any], completion_ids: list[list[int]] | None = None, group_size: int | None = None, **kwargs: Any
 ) -> list[float | None]:

@@ -53,6 +53,7 @@ from typing import Any, Sequence
 
 import torch
 
+from . import spec as keywords
 from .calls import COMPLETION_KINDS, MACHINE
 from .errors import ItemFailure
 from .inproc import InProcessCaller
@@ -162,7 +163,8 @@ class RewardRunner:
     failure_value: the reward a completion gets when its reward call fails.
     max_failure_fraction: stop the run when a function fails on more than this fraction of a batch.
     max_logged_errors: how many failures per function are logged with their input (per runner).
-    convention: reward.convention; under "trl" a returned NaN means None (not applicable), as in TRL.
+    convention: reward.convention; under "trl" a returned NaN means None (not applicable) and a user's function
+        gets exactly TRL's keywords (rewards/spec.py), as in TRL.
     """
 
     def __init__(
@@ -175,6 +177,9 @@ class RewardRunner:
         max_logged_errors: int = 3,
         convention: str = "grpokit",
     ) -> None:
+        if convention not in keywords.CONVENTIONS:
+            raise ValueError(f"convention must be one of {', '.join(keywords.CONVENTIONS)}, got {convention!r}.")
+        self.convention = convention
         if not specs:
             raise RewardError("RewardRunner needs at least one RewardSpec.")
         if not 0.0 <= max_failure_fraction <= 1.0:
@@ -235,6 +240,8 @@ class RewardRunner:
     # -- running calls -------------------------------------------------------------------------------
     def _run(self, f: int, calls: list[dict[str, Any]]) -> list[Outcome]:
         fn, name = self.specs[f].fn, self.specs[f].name
+        if not keywords.passes_group_size(fn, self.convention):  # TRL's convention: TRL passes no group_size
+            calls = [{k: v for k, v in c.items() if k != "group_size"} for c in calls]
         if not self._in_process[f]:
             assert self._pool is not None
             outcomes = self._pool.run([(call_reward, (fn, c), {}) for c in calls], self.timeout_s)
@@ -351,7 +358,7 @@ class RewardRunner:
         functions log with ``log_metric`` becomes a metric of that name (the mean of the values);
         ``log_extra`` columns come back in ``RewardResult.extra``."""
         start = time.perf_counter()
-        columns = columns or {}
+        columns = keywords.passed_columns(columns or {}, self.convention)
         n = len(completions)
         _check_batch(n, group_size, prompts, completion_ids, columns)
 

@@ -13,6 +13,11 @@ a run), `log_metric(name, value)` (a scalar averaged into the step's metrics, as
 values)` (per-completion values kept with the step's samples, as TRL's) and every extra dataset column,
 one entry per completion. A function that does not declare a keyword (and has no `**kwargs`) simply
 does not receive it. `None` means "not applicable to this completion" and is left out of the weighted sum.
+
+Under TRL's convention (reward.convention=trl, always under grpokit.trl) a function gets exactly the
+keywords TRL's ``_calculate_rewards`` passes: no `group_size` (TRL has none; only grpokit's own functions
+marked ``reads_group_size`` still get it), and no column named `prompt`, `completion` or `completion_ids`
+(TRL leaves those keys of its rows out; ``passed_columns``).
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ RUNNER_KEYWORDS = ("prompts", "completions", "completion_ids", "group_size", "tr
 LOGGING_KEYWORDS = ("log_metric", "log_extra")  # call_reward, in the process that runs the function
 EPISODE_KEYWORDS = ("environments",)  # rewards/inputs.py: one environment per episode
 RESERVED_KEYWORDS = (*RUNNER_KEYWORDS, *LOGGING_KEYWORDS, *EPISODE_KEYWORDS)
+TRL_ROW_KEYS = ("prompt", "completion", "completion_ids")
+"""Keys of TRL's ``inputs`` rows that its ``_calculate_rewards`` passes to no reward function as a column."""
+CONVENTIONS = ("grpokit", "trl")
 
 __all__ = ["BUILTINS", "RewardError", "RewardInfrastructureError", "RewardSpec", "call_reward", "resolve_reward"]
 
@@ -109,6 +117,33 @@ def resolve_reward(name: str, **params: Any) -> RewardFn:
             f"Unknown reward '{name}': use a built-in name ({valid}) or an import path 'package.module:function'."
         )
     return functools.partial(fn, **params) if params else fn
+
+
+def reads_group_size(fn: RewardFn) -> RewardFn:
+    """Marks one of grpokit's own reward functions as reading ``group_size`` (G: a group-relative reward,
+    Kimi's length penalty), so that it gets the keyword under TRL's convention too."""
+    fn.reads_group_size = True  # type: ignore[attr-defined]
+    return fn
+
+
+def passes_group_size(fn: RewardFn, convention: str) -> bool:
+    """Whether ``fn`` gets the ``group_size`` keyword: always under grpokit's convention; under TRL's, which
+    passes no such keyword, only when it is marked ``reads_group_size`` (a ``functools.partial`` of one too).
+    Example: a user's ``f(completions, **kw)`` under "trl" gets no group_size; ``length_penalty`` gets G."""
+    if convention != "trl":
+        return True
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return bool(getattr(fn, "reads_group_size", False))
+
+
+def passed_columns(columns: dict[str, list], convention: str) -> dict[str, list]:
+    """The columns passed as keywords: all of them under grpokit's convention; under TRL's all but
+    ``TRL_ROW_KEYS`` (TRL's ``_calculate_rewards`` takes the keys of its rows but those three).
+    Example: {"prompt": [...], "completion": [...], "level": [1]} under "trl" -> {"level": [1]}."""
+    if convention != "trl":
+        return columns
+    return {k: v for k, v in columns.items() if k not in TRL_ROW_KEYS}
 
 
 def _accepted_keywords(fn: RewardFn) -> set[str] | None:

@@ -9,7 +9,8 @@ Each episode starts from its own context: the prompt with its own observation jo
 the G episodes of a prompt unless their resets returned different observations (a random reset, which
 TRL accepts: each is then its own prompt, as TRL's). Each episode also keeps its prompt with its observation
 (``ObservedPrompt``: the rendered text and TRL's form, the observation appended to the last message), which
-the reward functions get as ``prompts``, as TRL passes them.
+the reward functions get as ``prompts``, as TRL passes them. An observation takes TRL's forms, a string or a
+list of text content parts (data/observations.py); any other value stops the run with one sentence.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from grpokit.data.prompts import with_observation
+from grpokit.data.observations import Observation, observation_of, observation_text, with_observation
 from grpokit.env.calls import EnvironmentFailure, call_many, check_failures
-from grpokit.env.tools import cap_text, is_cut
+from grpokit.env.tools import CUT_MARK, cap_text, is_cut
 from grpokit.types import ObservedPrompt, Prompt
 
 log = logging.getLogger("grpokit.env")
@@ -158,14 +159,10 @@ class EpisodeStarts:
         if all(o is None for o in obs):
             return bare
         cap = self.spec.max_observation_chars
-        try:
-            raw = [None if o is None else str(o) for o in obs]
-        except Exception:  # an observation whose str() raises: the bare prompt, as for a failed reset
-            started.failed[k] = True
-            return bare
-        texts = [None if t is None else cap_text(t, cap) for t in raw]
+        raw = [observation_of(o) for o in obs]  # TRL's forms (a string, text parts); anything else refused
+        texts = [None if t is None else capped(t, cap) for t in raw]
         for g, t in enumerate(raw):
-            started.cut[k * G + g] = t is not None and is_cut(t, cap)
+            started.cut[k * G + g] = t is not None and is_cut(observation_text(t), cap)
         if len(set(texts)) > 1 and not self.warned_random_reset:
             self.warned_random_reset = True
             warnings.warn(
@@ -179,17 +176,36 @@ class EpisodeStarts:
         return [list(prompt.ids) if t is None else list(joined[t][0]) for t in texts]
 
     def _with_observation(
-        self, prompt: Prompt, raw: Any, text: str, name: str | None
+        self, prompt: Prompt, raw: Any, observation: Observation, name: str | None
     ) -> tuple[list[int], ObservedPrompt]:
         """The prompt's ids with a reset observation joined (appended to the last user turn when rendered), and
         the prompt with it as the reward functions get it (the text the model saw; TRL's form)."""
-        shown = with_observation(raw, text)
+        shown = with_observation(raw, observation)
         if self.render_prompt is None:
+            text = observation_text(observation)
             ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
             return list(prompt.ids) + ids, ObservedPrompt(prompt.text + text, shown)
-        rendered = self.render_prompt(raw, text, self.schemas_for(name))
+        rendered = self.render_prompt(raw, observation, self.schemas_for(name))
         ids = list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
         return ids, ObservedPrompt(rendered, shown)
+
+
+def capped(observation: Observation, max_chars: int) -> Observation:
+    """The observation cut at ``max_chars`` characters in all (0 = no cap), marked where cut (``cap_text``): a
+    list's parts are kept up to the one the cap falls in, which is cut, and the rest dropped.
+    Example: ("abc", "defg", "h") at 5 -> ("abc", "de...[truncated]")."""
+    if isinstance(observation, str):
+        return cap_text(observation, max_chars)
+    if not is_cut(observation_text(observation), max_chars):
+        return observation
+    kept, left = [], max_chars
+    for text in observation:
+        if len(text) > left:  # the cap falls in this part (left may be 0: the mark alone)
+            kept.append(text[:left] + CUT_MARK)
+            break
+        kept.append(text)
+        left -= len(text)
+    return tuple(kept)
 
 
 def _build_and_reset(factory: Factory, row: dict[str, Any]) -> tuple[Any, Any]:

@@ -188,6 +188,13 @@ def setup(fsdp: bool = False, timeout_s: float = 0) -> DistContext:
     return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, fsdp=fsdp)
 
 
+def joined() -> bool:
+    """Whether this process is in a process group already: under torchrun, building a ``transformers``
+    ``TrainingArguments`` (grpokit.trl's GRPOConfig) joins one, and a script may join its own; ``setup`` then
+    joins nothing, so a timeout given to it changes nothing."""
+    return dist.is_available() and dist.is_initialized()
+
+
 def position() -> tuple[int, int, int]:
     """``(rank, world size, local rank)`` of this process: from the process group once joined, else
     from torchrun's RANK / WORLD_SIZE / LOCAL_RANK (a process group not joined yet), else (0, 1, 0)."""

@@ -15,7 +15,8 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
     """The episode loop for this run: the configured tools (``env.tools``, the task's, or passed
     callables) and environment (``env.environment`` or a passed ``environment_factory``: one factory, or a
     dict name -> factory routed per row by its ``environment`` column)."""
-    from grpokit.data.prompts import render_prompt, with_observation
+    from grpokit.data.observations import with_observation
+    from grpokit.data.prompts import render_prompt
     from grpokit.env import resolve_environment, resolve_tools
     from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
 

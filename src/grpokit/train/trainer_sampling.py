@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from grpokit.rewards.inputs import reward_inputs, reward_prompts
+from grpokit.rewards.inputs import reward_inputs, reward_prompts, row_prompts
 from grpokit.rollout.engine import RolloutEngine
 from grpokit.rollout.finish import end_ids
 from grpokit.types import Prompt, ScoredBatch, repeat_columns
@@ -46,8 +46,9 @@ class TrainerSampling:
         texts = [self._decode(c) for c in ro.completion_ids]
         with self._timer("reward"):
             conv = self.cfg.reward.convention
-            completions, env_columns = reward_inputs(ro, texts, [p for p in prompts for _ in range(group_size)], conv)
-            columns = {**repeat_columns(prompts, group_size), **env_columns, **extra}
+            rows = [p for p in prompts for _ in range(group_size)]
+            completions, env_columns = reward_inputs(ro, texts, rows, conv)
+            columns = {**repeat_columns(prompts, group_size), **row_prompts(rows, conv), **env_columns, **extra}
             scored = self.runner.score(
                 reward_prompts(prompts, group_size, conv, ro.episodes),
                 completions,

@@ -23,7 +23,7 @@ import dataclasses
 
 from grpokit.config.io import set_field
 from grpokit.config.sections import Config
-from grpokit.train.distributed import position
+from grpokit.train.distributed import joined, position
 
 from .args import batch, checkpoints, loss, model, optimizer, reporting, run, sampling
 from .args.batch import steps_fields
@@ -109,6 +109,7 @@ def to_config(
     ctx = {
         "num_rows": num_rows,
         "world_size": world_size or position()[1],  # the joined process group, else torchrun's WORLD_SIZE
+        "joined": joined(),  # a process group joined already (by the GRPOConfig under torchrun): its timeout is set
         "streamed": streamed,
         "episodes": episodes,
     }

@@ -95,12 +95,25 @@ SEEDS = Rule(
     },
 )
 
+
+def _ddp_timeout(a: TrlArgs, ctx: dict) -> dict[str, Any]:
+    """train.dist_timeout_s only where grpokit joins the process group: under torchrun transformers' own
+    TrainingArguments (the GRPOConfig) joins it when built, with ddp_timeout as under TRL (with use_cpu=True
+    transformers passes none: torch's default, as under TRL), so the group is joined before grpokit's setup,
+    which would only warn that its timeout changes nothing (before: on every such run, at ddp_timeout's default too).
+    Example: 2 processes, a group not joined yet (a CPU-only machine without use_cpu) -> ddp_timeout; joined -> {}."""
+    if not GATES["ddp_timeout"].on(a) or ctx.get("joined"):
+        return {}
+    return {"train.dist_timeout_s": a.ddp_timeout}
+
+
 DDP_TIMEOUT = Rule(
     ("ddp_timeout",),
     ("train.dist_timeout_s",),
-    "copied: the process group's timeout under torchrun, as transformers (one process: not read, as transformers); "
-    "several processes as its range check reads them (checks.GATES: the GRPOConfig's world_size)",
-    lambda a, ctx: {"train.dist_timeout_s": a.ddp_timeout} if GATES["ddp_timeout"].on(a) else {},
+    "the process group's timeout under torchrun, as transformers: the GRPOConfig joins the group with it when it is "
+    "built (use_cpu=True: torch's default, as under TRL); copied where grpokit joins the group (none joined yet); "
+    "one process: not read, as transformers (checks.GATES: the GRPOConfig's world_size)",
+    _ddp_timeout,
 )
 
 FSDP = Rule(

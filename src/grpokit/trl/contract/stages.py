@@ -20,7 +20,8 @@ from grpokit.rollout.step_graphs import CAPTURE_GUARD
 
 class TrlRewards:
     """Stage 3 as TRL's ``_calculate_rewards``: ``score`` builds TRL's arguments for the whole batch
-    (``inputs``: one dict per completion with ``prompt`` and the dataset's columns; ``prompts``,
+    (``inputs``: one dict per completion, its dataset row: ``prompt`` as the dataset holds it, without the
+    reset() observation that ``prompts`` carries, its columns and a rollout_func's extra fields; ``prompts``,
     ``completions``, ``completion_ids_list``), calls ``trainer._calculate_rewards`` and weights its
     ``(N, num_reward_funcs)`` tensor into the total, as TRL does (a NaN is a function that does not apply).
     Everything else (``specs``, ``close`` ...) is the wrapped runner's."""
@@ -41,9 +42,11 @@ class TrlRewards:
         trainer_state: Any = None,
     ) -> RewardResult:
         f = self.facade
-        columns = columns or {}
-        inputs = [{"prompt": p, **{k: v[i] for k, v in columns.items()}} for i, p in enumerate(prompts)]
-        f._reward_call, f._last_scored = (self.runner, group_size, columns, trainer_state), None
+        columns = dict(columns or {})
+        # TRL's reward_kwargs["environments"] is the trainer's, no key of its rows; "prompt": rewards/inputs.py
+        environments, rows = columns.pop("environments", None), columns.pop("prompt", prompts)
+        inputs = [{"prompt": p, **{k: v[i] for k, v in columns.items()}} for i, p in enumerate(rows)]
+        f._reward_call, f._last_scored = (self.runner, group_size, environments, trainer_state), None
         try:
             rewards_NF = f._calculate_rewards(inputs, prompts, completions, completion_ids)
         finally:
@@ -79,17 +82,19 @@ def _checked(rewards: Any, n: int, num_funcs: int) -> torch.Tensor:
 def calculate_rewards(facade: Any, inputs: list[dict], prompts: list, completions: list, completion_ids: list) -> Any:
     """grpokit.trl's own ``_calculate_rewards`` (what ``super()._calculate_rewards`` runs): every reward
     function once over the batch through grpokit's reward runner (failures contained and counted),
-    keywords as TRL passes them; returns the ``(N, num_reward_funcs)`` tensor, NaN where a function
-    returned None."""
+    keywords as TRL passes them: the keys of the ``inputs`` rows as given (a key the subclass added
+    too; the runner leaves out ``prompt``, ``completion`` and ``completion_ids``, TRL's rule) and the
+    batch's ``environments``; returns the ``(N, num_reward_funcs)`` tensor, NaN where a function returned None."""
     call = facade._reward_call
     if call is None:  # called directly, outside a training or evaluation batch
         trainer = facade._get()
         runner = trainer.runner.runner if isinstance(trainer.runner, TrlRewards) else trainer.runner
         G = facade.args.num_generations
-        group = G if len(prompts) % G == 0 else 1
-        keys = [k for k in (inputs[0] if inputs else {}) if k not in ("prompt", "completion", "completion_ids")]
-        call = (runner, group, {k: [x[k] for x in inputs] for k in keys}, facade.state)
-    runner, group, columns, state = call
+        call = (runner, G if len(prompts) % G == 0 else 1, None, facade.state)
+    runner, group, environments, state = call
+    columns = {k: [x[k] for x in inputs] for k in (inputs[0] if inputs else {})}  # TRL: example[key]
+    if environments is not None:
+        columns["environments"] = environments
     result = runner.score(prompts, completions, completion_ids, group, columns, trainer_state=state)
     facade._last_scored = result
     return result.rewards_NF.clone()
