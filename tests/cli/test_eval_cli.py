@@ -18,7 +18,7 @@ def test_eval_matches_hand_computed_values(monkeypatch, tmp_path, capsys):
     # prompt 1: wrong x4 (c = 0), all the same wrong answer
     script = [[gold[0], wrong[0], wrong[0], gold[0]], [wrong[1]] * 4]
 
-    def fake_generate(model, prompt_ids, n, params, *, eos_token_ids, pad_token_id, generator=None, decode=None):
+    def fake_generate(model, prompt_ids, n, params, *, eos_token_ids, pad_token_id, generator=None, decode=None, **kw):
         from grpokit.config import ModelConfig
         from grpokit.train.models import load_tokenizer
 
@@ -59,7 +59,7 @@ def test_eval_reads_the_split_asked_for_and_leaves_ungraded_prompts_out(monkeypa
     script = [["5", "6"], ["5", "5"], ["7", "7"]]  # per test prompt, its two samples' answers
     seen = []
 
-    def fake_generate(model, prompt_ids, n, params, *, eos_token_ids, pad_token_id, generator=None, decode=None):
+    def fake_generate(model, prompt_ids, n, params, *, eos_token_ids, pad_token_id, generator=None, decode=None, **kw):
         from grpokit.config import ModelConfig
         from grpokit.train.models import load_tokenizer
 
@@ -279,7 +279,7 @@ def test_eval_votes_on_the_graders_answer_end_to_end(monkeypatch, tmp_path, caps
         tok.decode = lambda ids, **kw: script[ids[0] - 1000] if ids and ids[0] >= 1000 else plain(ids, **kw)
         return model, tok
 
-    def fake_generate(model, prompt_ids, n, params, *, eos_token_ids, pad_token_id, generator=None, decode=None):
+    def fake_generate(model, prompt_ids, n, params, *, eos_token_ids, pad_token_id, generator=None, decode=None, **kw):
         ids = [[1000 + j] for j in range(len(script))]
         return Rollout(prompt_ids, ids, [[0.0]] * len(ids), ["eos"] * len(ids), n)
 

@@ -97,7 +97,7 @@ def _scripted(monkeypatch, answer_of):
     """generate replaced by a script: every completion is <answer>answer_of(gold)</answer>."""
     rows = get_task("arithmetic").held_out_rows(2)
 
-    def fake_generate(model, prompt_ids, n, params, *, eos_token_ids, pad_token_id, generator=None, decode=None):
+    def fake_generate(model, prompt_ids, n, params, *, eos_token_ids, pad_token_id, generator=None, decode=None, **kw):
         from grpokit.config import ModelConfig
         from grpokit.train.models import load_tokenizer
 
@@ -127,6 +127,7 @@ def test_the_given_reward_grades_not_the_tasks_verifier(monkeypatch, tmp_path):
     [
         ("rollout.max_new_tokens=1", "grpokit eval sets rollout.max_new_tokens with --max-new-tokens, not an override"),
         ("rollout.temperature=0.01", "sets rollout.temperature with --temperature, not an override"),
+        ("rollout.generation_kwargs={}", "sets rollout.generation_kwargs with --generation-kwargs, not an override"),
         ("data.task=calculator", "sets data.task with --task"),
         ("data.eval_dataset=x.jsonl", "sets data.eval_dataset with --dataset"),
         ("reward.functions=[x:y]", "sets reward.functions with --reward"),
@@ -140,6 +141,39 @@ def test_the_given_reward_grades_not_the_tasks_verifier(monkeypatch, tmp_path):
 def test_overrides_eval_does_not_read_are_refused(override, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         check_overrides([override])
+
+
+def test_a_run_is_evaluated_with_its_generation_kwargs_unless_the_flag_gives_others(tmp_path, monkeypatch, capsys):
+    # a run sampled by transformers' generate() with no_repeat_ngram_size 2: eval decodes the same way and says so
+    # (before: grpokit's own loop without them, silently)
+    run, _ = _run(tmp_path, "rollout.engine=generate", "rollout.generation_kwargs={no_repeat_ngram_size: 2}")
+    assert _settings(["--model", str(run)], run)[1].engine == "generate"
+    assert _settings(["--model", str(run)], run)[1].generation_kwargs == {"no_repeat_ngram_size": 2}
+    none = _settings(["--model", str(run), "--generation-kwargs", "{}"], run)[1]  # '{}': grpokit's own loop
+    assert (none.engine, none.generation_kwargs) == ("auto", {})
+    beams = _settings(["--generation-kwargs", '{"num_beams": 2}', "--k", "1"], None)[1]  # without a run too
+    assert (beams.engine, beams.generation_kwargs) == ("generate", {"num_beams": 2})
+    # each one a sentence: not JSON, a key with a flag of its own, a key generate() would not read, and repeated
+    # greedy completions (do_sample false) as k > 1 samples
+    for argv, message in (
+        (["--generation-kwargs", "[1]"], "--generation-kwargs '[1]' is not a JSON object; give one, e.g. "),
+        (["--generation-kwargs", '{"temperature": 1}'], "--generation-kwargs keys ['temperature'] are set elsewhere"),
+        (["--generation-kwargs", '{"num_beam": 2}'], "--generation-kwargs key 'num_beam' is not a setting of "),
+        (["--generation-kwargs", '{"do_sample": false}'], "--generation-kwargs {'do_sample': False} decodes without "),
+    ):
+        with pytest.raises(ConfigError, match="^" + re.escape(message)):
+            _settings(argv, None)
+    # what the sampler is handed, and the output's line
+    seen = []
+    _scripted(monkeypatch, lambda gold: gold)
+    scripted = eval_cli.generate
+    monkeypatch.setattr(eval_cli, "generate", lambda *a, **kw: seen.append(kw) or scripted(*a, **kw))
+    argv = ["--limit", "1", "--k", "1", "--generation-kwargs", '{"no_repeat_ngram_size": 3}']
+    assert eval_cli.main(argv) == 0
+    assert seen and all(
+        (kw["engine"], kw["generation_kwargs"]) == ("generate", {"no_repeat_ngram_size": 3}) for kw in seen
+    )
+    assert "new tokens, generate() with {'no_repeat_ngram_size': 3}" in capsys.readouterr().out
 
 
 def test_overrides_eval_reads_pass():

@@ -632,7 +632,9 @@ def test_each_engine_samples_with_the_trainers_numerics(dtype, cut):
         ro = _sample(model, prompts, engine, graphs, 64, 11, **cut)
         batch = make_token_batch(ro, pad_token_id=0, device=CUDA)
         with torch.no_grad():
-            full, _, mass = completion_logprobs_on_support(model, batch, SamplingParams(temperature=1.0, **cut))
+            full, _, mass = completion_logprobs_on_support(
+                model, batch, SamplingParams(temperature=1.0, **cut), temperature=1.0
+            )
         train = full if mass is None else full - mass
         m, uncorrected = _mismatch(train, ro, batch), _mismatch(full, ro, batch)
         record_fact(

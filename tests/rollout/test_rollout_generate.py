@@ -58,6 +58,10 @@ def test_generation_config_passes_every_sampling_setting_explicitly_and_adds_the
     assert (on.top_k, on.top_p, on.min_p, on.repetition_penalty, on.num_beams) == (20, 0.8, 0.05, 1.1, 1)
     greedy = generation_config(SamplingParams(temperature=0), {}, {2}, 0)
     assert not greedy.do_sample and greedy.num_beams == 1  # a model's num_beams cannot turn greedy into beam search
+    # temperature 0 (a held-out evaluation, grpokit eval --temperature 0) is greedy whatever the run's
+    # generation_kwargs say: before, their do_sample True asked transformers to sample at temperature 0
+    greedy = generation_config(SamplingParams(temperature=0), {"do_sample": True, "no_repeat_ngram_size": 2}, {2}, 0)
+    assert not greedy.do_sample and greedy.no_repeat_ngram_size == 2
     # TRL users' greedy: do_sample False in generation_kwargs at temperature 0.7; no warper setting is passed
     trl_greedy = generation_config(SamplingParams(temperature=0.7), {"do_sample": False}, {2}, 0)
     assert not trl_greedy.do_sample and trl_greedy.top_k is None

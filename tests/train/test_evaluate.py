@@ -82,3 +82,31 @@ def test_the_held_out_evaluation_ends_completions_at_the_runs_stop_strings(tiny_
     # (kept, as training keeps it); before, the evaluation ignored rollout.stop and returned `free` again
     want = [c[: c.index(stop) + len(stop)] if stop in c else c for c in free]
     assert held_out_completions(stop, "stopped") == want != free
+
+
+def test_the_held_out_evaluation_decodes_with_the_runs_generation_kwargs(tiny_model_dir, tmp_path):
+    from grpokit.train import Trainer
+    from helpers.runs import ROWS, tiny_cfg
+
+    seen: list[str] = []
+
+    def record(completions, **kw):
+        seen.extend(completions)
+        return [0.0] * len(completions)
+
+    def held_out_completions(out: str, **over) -> list[str]:
+        cfg = tiny_cfg(tiny_model_dir, tmp_path / out, **{"rollout.max_new_tokens": 12, **over})
+        cfg.data.dataset = ""
+        if over:  # what a run samples with: transformers' generate() and a setting only it has
+            cfg.rollout.generation_kwargs = {"no_repeat_ngram_size": 1}
+        tr = Trainer(cfg, reward_funcs=[record], train_rows=ROWS, eval_rows=ROWS[:4], quiet=True)
+        seen.clear()
+        tr._evaluate()  # the evaluation train() runs before the first step and after the last
+        return list(seen)
+
+    free = held_out_completions("free")
+    assert any(len(set(c)) < len(c) for c in free)  # the tiny model's greedy completions repeat characters
+    # no_repeat_ngram_size=1: no token twice in a sequence (one character a token), as training's completions;
+    # before, the held-out evaluation decoded with grpokit's own loop and no generation_kwargs: `free` again
+    banned = held_out_completions("generate", **{"rollout.engine": "generate"})
+    assert banned != free and all(len(set(c)) == len(c) for c in banned)

@@ -92,6 +92,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--min-p", type=float, help="(default: the run's, else 0 = off)")
     p.add_argument("--repetition-penalty", type=float, help="(default: the run's, else 1.0 = off)")
     p.add_argument("--stop", action="append", help="a text that ends a completion, repeatable (default: the run's)")
+    p.add_argument(
+        "--generation-kwargs",
+        help="transformers generate() settings as a JSON object, e.g. '{\"no_repeat_ngram_size\": 3}' "
+        "(default: the run's rollout.generation_kwargs, as it sampled; '{}': none)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the results as JSON to this file")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout instead of the table")
@@ -126,7 +131,7 @@ def run_eval(args: argparse.Namespace) -> dict:
     prompts = build.prompt_maker(cfg, tokenizer, episodes.row_schemas)(rows)  # images: the model's processor
     gen = torch.Generator(device=device).manual_seed(args.seed)
 
-    def sample(ctx, G, p, images=None, **kw):
+    def sample(ctx, G, p, images=None, **kw):  # the run's decode loop: rollout.engine, generate()'s generation_kwargs
         return generate(
             model,
             ctx,
@@ -135,6 +140,8 @@ def run_eval(args: argparse.Namespace) -> dict:
             eos_token_ids=eos_ids(tokenizer, model),
             pad_token_id=tokenizer.pad_token_id,
             generator=gen,
+            engine=sampling.engine,
+            generation_kwargs=sampling.generation_kwargs or None,
             **kw,
             decode=lambda x: tokenizer.decode(x, skip_special_tokens=True),
         )
@@ -158,6 +165,7 @@ def run_eval(args: argparse.Namespace) -> dict:
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "max_new_tokens": sampling.max_new_tokens,
+        "generation_kwargs": sampling.generation_kwargs,  # the run's (or --generation-kwargs'): generate()'s
         "maj_votes_on": votes.reads,
         **_estimates([answers[i] for i in graded], [correct[i] for i in graded], ks, votes),
     }
@@ -285,6 +293,7 @@ def describe(result: dict) -> str:
         f"{what} on {rows}{split}, graded by {result['reward']}: {result['prompts']} prompts x "
         f"{result['samples_per_prompt']} samples, temperature {result['temperature']}, top-p {result['top_p']}, "
         f"up to {result['max_new_tokens']} new tokens"
+        + (f", generate() with {result['generation_kwargs']}" if result.get("generation_kwargs") else "")
         + (f"; {result['ungraded']} ungraded prompts left out" if result.get("ungraded") else "")
         + (f"; maj@k votes on {result['maj_votes_on']}" if result.get("maj_votes_on") else "")
     )

@@ -29,7 +29,7 @@ from grpokit.config.io import apply_overrides
 from grpokit.config.sections import Config, ConfigError, DataConfig, EnvConfig, RolloutConfig
 from grpokit.train.resume import CONFIG_FILE
 from grpokit.validation import validate
-from grpokit.validation.rollout import check_sampling
+from grpokit.validation.rollout import check_generation_kwargs, check_sampling
 
 # a rollout field and eval's flag that sets it
 SAMPLING_FLAGS = {
@@ -40,6 +40,7 @@ SAMPLING_FLAGS = {
     "min_p": "--min-p",
     "repetition_penalty": "--repetition-penalty",
     "stop": "--stop",
+    "generation_kwargs": "--generation-kwargs",
 }
 # fields eval sets by a flag of its own: an override of one is refused, naming the flag
 FLAG_OF = {
@@ -220,11 +221,18 @@ def _check_row_overrides(overrides: list[str], d: DataConfig, source: str | None
 
 def sampling_settings(args: argparse.Namespace, trained: RolloutConfig | None) -> RolloutConfig:
     """The sampling settings: each flag given, else the run's (as trained), else eval's defaults;
-    checked with training's rules, except that temperature 0 (greedy) is valid, for --k 1 only."""
+    checked with training's rules, except that temperature 0 (greedy) is valid, for --k 1 only. The decode
+    loop is the run's too (rollout.engine), with its generation_kwargs (transformers' generate(): beams,
+    no_repeat_ngram_size ...), unless --generation-kwargs gives others ('{}': none, grpokit's own loop)."""
     base = trained if trained is not None else RolloutConfig(**EVAL_DEFAULTS)
     values = {name: getattr(base, name) for name in SAMPLING_FLAGS}
     given = {name: getattr(args, name) for name in SAMPLING_FLAGS if getattr(args, name) is not None}
-    r = RolloutConfig(**{**values, **given})
+    if "generation_kwargs" in given:
+        given["generation_kwargs"] = _json_object(given["generation_kwargs"])
+        check_generation_kwargs(given["generation_kwargs"], "--generation-kwargs")
+    kwargs = given.get("generation_kwargs", base.generation_kwargs)
+    engine = "generate" if kwargs else "auto" if "generation_kwargs" in given else base.engine
+    r = RolloutConfig(**{**values, **given}, engine=engine)
 
     def said(name: str, value: Any) -> str:
         if name in given:
@@ -238,6 +246,22 @@ def sampling_settings(args: argparse.Namespace, trained: RolloutConfig | None) -
     return r
 
 
+def _json_object(text: str) -> dict:
+    """``--generation-kwargs``' JSON object, or one sentence."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"--generation-kwargs {text!r} is not a JSON object; give one, e.g. '{{\"no_repeat_ngram_size\": 3}}', "
+            "or '{}' for none"
+        )
+    return value
+
+
 def _refuse_greedy_repeats(
     r: RolloutConfig, args: argparse.Namespace, said: Callable[[str, Any], str], given: dict[str, Any]
 ) -> None:
@@ -245,6 +269,12 @@ def _refuse_greedy_repeats(
     samples of it would be counted as independent draws in pass@k and maj@k."""
     k = _ks_and_samples(args)[0][-1]
     name = "temperature" if r.temperature == 0 else "top_k" if r.top_k == 1 else None
+    if k > 1 and name is None and r.generation_kwargs.get("do_sample", True) is False:
+        kwargs = said("generation_kwargs", r.generation_kwargs)
+        raise ConfigError(
+            f"{kwargs} decodes without sampling (do_sample false), so the {k} samples of --k {args.k} would be one "
+            "completion repeated, not independent draws; give --k 1, or --generation-kwargs without do_sample"
+        )
     if k == 1 or name is None:
         return
     greedy = said(name, 0 if name == "temperature" else 1)  # "--top-k 1", or "the run's rollout.top_k=1"

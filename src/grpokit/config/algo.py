@@ -58,6 +58,11 @@ class AlgoConfig:
     (TRL's vespo_k_pos, vespo_lambda_pos)."""
     vespo_neg: list[float] = field(default_factory=lambda: [3.0, 2.0])
     """objective=vespo: (k, lambda) where the advantage is < 0 (TRL's vespo_k_neg, vespo_lambda_neg)."""
+    loss_temperature: float = 0.0
+    """The temperature of the trained distributions: pi_theta, pi_old, pi_ref (or a distillation teacher), their
+    KL and entropies divide the logits by it (0 = rollout.temperature, the distribution that sampled). Set apart
+    from rollout.temperature, only sampling changes (TRL's generation_kwargs temperature); the samples are then
+    off-policy by the gap, which mismatch/* and TIS measure (rollout.tis_cap corrects it)."""
     beta: float = 0.0
     """KL penalty weight; 0 needs no reference model."""
     distill_teacher: str = ""

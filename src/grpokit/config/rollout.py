@@ -15,7 +15,8 @@ class RolloutConfig:
     """Maximum completion length in tokens; longer completions are cut (finish reason "length"). 512 is TRL's default;
     the demo task uses 8."""
     temperature: float = 1.0
-    """Sampling temperature (> 0); training logprobs use the same temperature."""
+    """Sampling temperature (> 0); training logprobs use the same temperature unless algo.loss_temperature sets
+    another."""
     top_p: float = 1.0
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p (1.0 = off)."""
     top_k: int = 0

@@ -40,7 +40,7 @@ def generation_config(params, generation_kwargs: dict, eos_token_ids: set[int], 
     values. Temperature 0 (or ``do_sample`` False in ``generation_kwargs``) is greedy: no warper runs."""
     from transformers import GenerationConfig
 
-    sampled = bool(generation_kwargs.get("do_sample", params.temperature > 0))
+    sampled = params.temperature > 0 and bool(generation_kwargs.get("do_sample", True))  # 0: greedy, always
     kw: dict = {
         "max_new_tokens": params.max_new_tokens,
         "eos_token_id": sorted(eos_token_ids),
@@ -57,7 +57,7 @@ def generation_config(params, generation_kwargs: dict, eos_token_ids: set[int], 
             top_p=params.top_p,
             min_p=params.min_p or None,  # None is transformers' only "off" for min-p (only_given_settings keeps it)
         )
-    kw.update(generation_kwargs)
+    kw.update({k: v for k, v in generation_kwargs.items() if k != "do_sample"})  # decided above
     return GenerationConfig(**kw, disable_compile=True)
 
 

@@ -125,13 +125,20 @@ def truncates(p: SamplingParams) -> bool:
     return p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0
 
 
-def support_log_mass(logits_KV: torch.Tensor, targets_K: torch.Tensor, p: SamplingParams) -> torch.Tensor:
+def support_log_mass(
+    logits_KV: torch.Tensor, targets_K: torch.Tensor, p: SamplingParams, *, temperature: float
+) -> torch.Tensor:
     """``(K,)`` log of the probability mass, under ``softmax(logits / temperature)``, of the tokens that
-    ``p``'s top-k, top-p and min-p keep from these logits (``process_logits``' support), the target token
-    always counted in (a token the sampler drew is on its support even where the trainer's logits rank it
-    just outside). ``log p(target) - support_log_mass`` is the target's log-probability under the truncated,
-    renormalised distribution: what the sampler recorded (Keep Sampling Mask, DeepSeek-V3.2, arXiv:2512.02556
-    section 3.1; TRL 1.17 renormalises the trainer's side the same way). 0 where ``p`` truncates nothing.
+    ``p``'s top-k, top-p and min-p keep from these logits at ``p.temperature`` (``process_logits``' support: the
+    sampler's), the target token always counted in (a token the sampler drew is on its support even where the
+    trainer's logits rank it just outside). ``log p(target) - support_log_mass`` is the target's
+    log-probability under the truncated, renormalised distribution: what the sampler recorded (Keep Sampling
+    Mask, DeepSeek-V3.2, arXiv:2512.02556 section 3.1; TRL 1.17 renormalises the trainer's side the same way).
+    0 where ``p`` truncates nothing.
+    Two temperatures, named apart because they can differ: ``p.temperature`` is the sampler's and decides which
+    tokens are kept (top-p and min-p depend on it); ``temperature`` is the trained distribution's (the loss's
+    pi_old, algo.loss_temperature), under which the kept tokens' mass is measured, so ``log pi_old - mass`` is
+    pi_old renormalised over the sampler's support and a temperature gap between the two stays visible.
     The repetition penalty is not replayed (it needs each position's seen tokens)."""
     x = logits_KV.double() if logits_KV.dtype == torch.float64 else logits_KV.float()
     if not truncates(p) or p.temperature == 0:  # greedy records the untruncated distribution (sample_tokens)
@@ -139,7 +146,7 @@ def support_log_mass(logits_KV: torch.Tensor, targets_K: torch.Tensor, p: Sampli
     cut = SamplingParams(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k, min_p=p.min_p)  # no penalty
     kept = torch.isfinite(process_logits(x, cut))  # (K, V)
     kept[torch.arange(x.shape[0], device=x.device), targets_K] = True
-    logp = torch.log_softmax(x / p.temperature if p.temperature != 1.0 else x, dim=-1)
+    logp = torch.log_softmax(x / temperature if temperature != 1.0 else x, dim=-1)
     return torch.logsumexp(logp.masked_fill(~kept, float("-inf")), dim=-1)
 
 

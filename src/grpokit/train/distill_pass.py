@@ -10,7 +10,8 @@ of logits exists at once, as the student's log-probability pass (logprobs.py) do
   logits; under gradient each block is recomputed in the backward pass (activation checkpointing).
 
 Both run one padded forward (no length buckets, packing or prefix tree: those only save compute, the
-values are the same) at the sampling temperature, so both distributions are the ones that sampled.
+values are the same) at the loss temperature (algo.loss_temperature; by default rollout.temperature, so both
+distributions are the ones that sampled).
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 
 The completions are sampled with the run's own settings at temperature 0 (``held_out_params``): its
 length, stop strings and repetition penalty, built by the same function as training's and ``grpokit
-eval``'s (rollout/sampling.py), so a stop string that ends a training completion ends a held-out one.
+eval``'s (rollout/sampling.py), so a stop string that ends a training completion ends a held-out one;
+and by the run's own decode loop (``sample``: the trainer passes the hf engine training builds,
+train/engines.py ``hf_engine``), so rollout.engine=generate's generation_kwargs (no_repeat_ngram_size,
+suppress_tokens, beams ...) shape a held-out completion as they shape a training one, as TRL's
+evaluation generates with its training GenerationConfig.
 
 ``accuracy`` is the fraction of prompts whose completion earns that function's full reward
 (>= 1 - 1e-6); for a 0/1 verifier that is the usual accuracy. ``reward`` is its mean. A prompt the
@@ -50,7 +54,11 @@ def evaluate(
     episodes=None,
     convention: str = "grpokit",
     progress: Callable[[str], None] | None = None,
+    sample: Callable | None = None,
 ) -> dict[str, float]:
+    """``sample``: the episode loop's sampler (``contexts, group_size, params, vision=None -> Rollout``), the
+    run's decode loop on ``model`` (rollout/engine.py ``HFEngine.turn_sampler``); None: rollout/hf.py's
+    default loop, with no generation_kwargs."""
     if not prompts:
         return {}
     start, say = time.perf_counter(), progress or (lambda line: None)
@@ -61,7 +69,7 @@ def evaluate(
     was_training = model.training
     model.eval()
     texts, lengths, correct, rewards, tool_use, turns, no_answer = [], [], [], [], [], [], []
-    sample = _hf_sampler(model, tokenizer, eos_token_ids)
+    sample = sample or _hf_sampler(model, tokenizer, eos_token_ids)
     for s in range(0, len(prompts), batch_size):
         chunk = prompts[s : s + batch_size]
         batch = _score_chunk(chunk, sample, episodes, params, tokenizer, runner, convention)
@@ -149,7 +157,7 @@ def _score_chunk(chunk: list[Prompt], sample, episodes, params, tokenizer, runne
     ro = (
         episodes.run(sample, chunk, 1, params)
         if episodes is not None
-        else sample([p.ids for p in chunk], 1, params, vision)
+        else sample([p.ids for p in chunk], 1, params, vision=vision)
     )
     comp = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
     columns = {**repeat_columns(chunk), **row_prompts(chunk, convention)}

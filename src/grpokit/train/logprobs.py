@@ -4,7 +4,7 @@ The policy's full logits for a batch are (N, L, V) floats: for a 150k vocabulary
 completions that is the largest tensor of the whole step. We run the model's backbone once, keep
 only the hidden states that predict completion tokens, and push them through the output layer a
 block of positions at a time, so at most (chunk, V) logits exist at once. Logits are divided by
-the sampling temperature, so training log-probabilities describe the distribution that sampled.
+the loss temperature (algo.loss_temperature, by default rollout.temperature: the distribution that sampled).
 """
 
 from __future__ import annotations
@@ -63,27 +63,31 @@ def completion_logprobs_on_support(
     batch: TokenBatch,
     support: SamplingParams,
     *,
+    temperature: float,
     chunk_size: int = 64,
     with_entropy: bool = False,
     packed: bool = False,
     prefix_tree: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """``completion_logprobs`` at ``support.temperature`` (no gradient) plus ``(N, T)`` the log of the
-    mass each position's distribution puts on the tokens ``support``'s top-k / top-p / min-p keep
+    """``completion_logprobs`` at ``temperature`` (the loss's: pi_old as the update's ratio divides by it; no
+    gradient) plus ``(N, T)`` the log of the mass each position's distribution at that temperature puts on
+    the tokens ``support``'s top-k / top-p / min-p keep at the sampler's own ``support.temperature``
     (rollout/sampling.py ``support_log_mass``; None where ``support`` truncates nothing). ``logp - mass``
-    is the trainer's log-probability of the truncated, renormalised distribution the sampler drew from:
-    the trainer's side of TIS and the mismatch metrics, while the loss keeps ``logp``."""
+    is pi_old renormalised over the sampler's support: the trainer's side of TIS and the mismatch metrics,
+    while the loss keeps ``logp``. The two temperatures differ where only sampling was changed (a written
+    generation_config.temperature, generation_kwargs' temperature under grpokit.trl, algo.loss_temperature)."""
     if torch.is_grad_enabled():
         raise ValueError("completion_logprobs_on_support runs without gradient (wrap it in torch.no_grad())")
     cut = support if truncates(support) else None
-    fw = _Pass(support.temperature, chunk_size, with_entropy, False, cut, prefix_tree)
+    fw = _Pass(temperature, chunk_size, with_entropy, False, cut, prefix_tree)
     return _completion_logprobs(model, batch, fw, None, packed)
 
 
 @dataclass(frozen=True)
 class _Pass:
-    """How one log-probability pass runs: the temperature, positions per head chunk, entropies (with their
-    gradient or not), the sampler's truncation to replay (None: none) and whether rows share prefixes."""
+    """How one log-probability pass runs: the temperature (the loss's), positions per head chunk, entropies (with
+    their gradient or not), the sampler's truncation to replay (None: none; its own temperature picks the kept
+    tokens) and whether rows share prefixes."""
 
     temperature: float
     chunk_size: int
@@ -300,5 +304,5 @@ def _logp_entropy(logits, targets, fw: _Pass):
         ent = -(src.exp() * src).sum(dim=-1)
     if fw.support is not None:
         flat = z.detach().reshape(-1, z.shape[-1])
-        mass = support_log_mass(flat, targets.reshape(-1), fw.support).view(targets.shape)
+        mass = support_log_mass(flat, targets.reshape(-1), fw.support, temperature=t).view(targets.shape)
     return logp, ent, mass

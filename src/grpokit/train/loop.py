@@ -220,7 +220,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             old_logp, entropy, support = self.old_logprobs(batch, want_entropy) if need_old else (None, None, None)
             ref_logp, top = None, None
             if a.distill_top_k:  # the teacher's top-k and its log pi_ref, one pass (train/distill_pass.py)
-                k, temperature, rows = a.distill_top_k, cfg.rollout.temperature, cfg.train.micro_batch_size
+                k, temperature, rows = a.distill_top_k, self.loss_temperature, cfg.train.micro_batch_size
                 with self.autocast():
                     ref_logp, top = distill_pass.teacher_top_k(
                         self.ref_model, batch, k, temperature, a.distill_coef, rows
@@ -270,7 +270,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         # TRL's normalisers of a cut batch (position % parts: the slice's place in its batch)
         counts = window_counts(counts, position % parts, parts, window)
         forwards = Forwards(
-            temperature=cfg.rollout.temperature,
+            temperature=self.loss_temperature,
             micro_batch_size=t.micro_batch_size,
             micro_batch_tokens=self.token_budget,
             packed=self.packed,

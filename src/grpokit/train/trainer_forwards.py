@@ -13,7 +13,8 @@ from .logprobs import completion_logprobs, completion_logprobs_on_support
 
 
 class TrainerForwards:
-    """Reads ``self.cfg``, ``self.device``, ``self.params``, ``self.model`` and ``self.autocast`` (Trainer)."""
+    """Reads ``self.cfg``, ``self.device``, ``self.params`` (the sampler's settings), ``self.model`` and
+    ``self.autocast`` (Trainer)."""
 
     @property
     def packed(self) -> bool:
@@ -25,6 +26,14 @@ class TrainerForwards:
     def prefix_tree(self) -> bool:
         """Shared-prefix passes (train.packing=prefix_tree, train/prefix_tree.py)."""
         return self.cfg.train.packing == "prefix_tree"
+
+    @property
+    def loss_temperature(self) -> float:
+        """The temperature of every trained distribution (pi_theta, pi_old, pi_ref or a teacher, their KL and
+        entropies): algo.loss_temperature, else rollout.temperature. The sampler's own is ``self.params.temperature``,
+        which a written generation_config or generation_kwargs may set apart (grpokit.trl); it only picks the
+        truncated support that the pi_old pass replays."""
+        return self.cfg.algo.loss_temperature or self.cfg.rollout.temperature
 
     @property
     def replays_support(self) -> bool:
@@ -48,9 +57,9 @@ class TrainerForwards:
         kw = dict(with_entropy=entropy, packed=self.packed, prefix_tree=self.prefix_tree)
         with self.autocast():
             parts = [
-                completion_logprobs_on_support(model, rows, self.params, **kw)
+                completion_logprobs_on_support(model, rows, self.params, temperature=self.loss_temperature, **kw)
                 if replay
-                else (*completion_logprobs(model, rows, temperature=self.cfg.rollout.temperature, **kw), None)
+                else (*completion_logprobs(model, rows, temperature=self.loss_temperature, **kw), None)
                 for rows in (batch.rows(slice(s, s + mbs)) for s in range(0, batch.input_ids.shape[0], mbs))
             ]
         return tuple(torch.cat([p[i] for p in parts]) if parts[0][i] is not None else None for i in range(3))

@@ -10,6 +10,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from grpokit.data.domains import COLUMN
 from grpokit.record import rank_failures
 from grpokit.record.domain_metrics import domain_summary
@@ -66,6 +68,8 @@ class TrainerOutputs:
         with engines.sampling_model(
             self.model, self.dist
         ) as model:  # on CPU in batches of 32: a line every few seconds
+            # training's hf engine (rollout.engine, generation_kwargs), whatever engine samples the run (vLLM ...)
+            hf = engines.hf_engine(self.cfg, self.eos, self.tokenizer.pad_token_id, self._decode, torch.Generator())
             return evaluate(
                 model,
                 self.tokenizer,
@@ -77,6 +81,7 @@ class TrainerOutputs:
                 convention=self.cfg.reward.convention,
                 batch_size=256 if self.device.type == "cuda" else 32,
                 progress=say,
+                sample=hf.turn_sampler(model),
             )
 
     def save(self, final_eval: dict[str, float] | None = None) -> Path:

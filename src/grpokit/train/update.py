@@ -136,7 +136,7 @@ class Accumulator:
 class Forwards:
     """How the update's forward passes run: the same for every slice of a run."""
 
-    temperature: float = 1.0  # rollout.temperature: the log-probabilities are of the sampling distribution
+    temperature: float = 1.0  # the loss's (Trainer.loss_temperature): pi_theta at the temperature pi_old was taken at
     micro_batch_size: int = 0  # rows per micro-batch (0: no limit)
     micro_batch_tokens: int = 0  # tokens per micro-batch (0: no limit)
     packed: bool = False  # padding-free forwards (packing.py; same values as padded)

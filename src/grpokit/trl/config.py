@@ -85,7 +85,7 @@ class GRPOConfig(TrainingArguments):
     generation batch feeds steps_per_generation / gradient_accumulation_steps optimizer steps (not a whole
     number: an optimizer step may span two generation batches, as TRL's loop)."""
     temperature: float = 1.0
-    """Sampling temperature."""
+    """Sampling temperature, and the trained log-probabilities' (a generation_kwargs temperature samples apart)."""
     top_p: float = 1.0
     """Nucleus sampling (1.0: off)."""
     top_k: int = 0
@@ -94,7 +94,7 @@ class GRPOConfig(TrainingArguments):
     """Min-p sampling (None: off)."""
     generation_kwargs: dict | str | None = None
     """More sampling settings; grpokit reads temperature, top_p, top_k, min_p, max_new_tokens, stop_strings and
-    repetition_penalty."""
+    repetition_penalty (sampling only, as TRL: the loss keeps temperature and max_completion_length)."""
     chat_template_kwargs: dict | str | None = None
     """Extra keyword arguments of apply_chat_template for conversational prompts."""
     repetition_penalty: float = 1.0

@@ -14,7 +14,8 @@ what grpokit cannot carry out) plus the ``algo.distill_*`` settings:
 * ``beta=0`` (forward KL) -> ``algo.distill_top_k=distill_top_k``, ``algo.distill_coef=1``: the forward
   KL on the teacher's top-k (grpokit's own field ``distill_top_k``, which must be > 0: k = the vocabulary
   size is TRL's full sum); any other beta (the JSD) is refused;
-* ``temperature`` is the sampling temperature and the distributions' (as TRL's);
+* ``temperature`` is the sampling temperature and the distributions' (as TRL's; a generation_kwargs temperature
+  changes sampling only, as TRL's, through algo.loss_temperature);
 * no reward (``no_reward`` scores 0): GRPO's advantage is 0 and the distillation term is the whole objective. TRL
   samples one completion per prompt; grpokit samples ``num_generations`` (default 2) per prompt, the same
   completions per step over half the prompts.

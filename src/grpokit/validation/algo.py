@@ -80,6 +80,10 @@ def check_algo_objective(cfg: Config) -> None:
     )
     check(a.kl_clamp >= 0, f"algo.kl_clamp={a.kl_clamp} must be >= 0 (0 = off; verl uses 10)")
     check(
+        0 <= a.loss_temperature < float("inf"),
+        f"algo.loss_temperature={a.loss_temperature} must be a finite number > 0, or 0 (rollout.temperature's)",
+    )
+    check(
         not (a.kl_bias_correction and a.kl_placement == "reward" and a.beta > 0),
         "algo.kl_bias_correction weights the KL term of the loss, and algo.kl_placement=reward puts the KL in the "
         "reward instead; set algo.kl_bias_correction=false or algo.kl_placement=loss",

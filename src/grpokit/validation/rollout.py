@@ -148,15 +148,22 @@ def check_rollout_engine(cfg: Config) -> None:
         f"rollout.generation_kwargs={r.generation_kwargs} is read only "
         f"by rollout.engine=generate, but rollout.engine={r.engine}; set rollout.engine=generate or leave it empty",
     )
-    own = [k for k in r.generation_kwargs if k in GENERATE_OWN_KEYS]
+    check_generation_kwargs(r.generation_kwargs)
+
+
+def check_generation_kwargs(kwargs: dict, name: str = "rollout.generation_kwargs") -> None:
+    """generate()'s extra settings (training's rollout.generation_kwargs, ``grpokit eval --generation-kwargs``,
+    ``name`` as the user gave them): none that a setting of its own or the engine sets, none that transformers'
+    GenerationConfig would keep unread."""
+    own = [k for k in kwargs if k in GENERATE_OWN_KEYS]
     check(
         not own,
-        f"rollout.generation_kwargs keys {own} are set elsewhere (the rollout fields temperature, top_p, top_k, "
+        f"{name} keys {own} are set elsewhere (the rollout fields temperature, top_p, top_k, "
         "min_p, max_new_tokens, repetition_penalty and stop, or the engine itself); remove them from generation_kwargs",
     )
-    for key in r.generation_kwargs:
+    for key in kwargs:
         problem = unknown_generation_key(key)
-        check(problem is None, f"rollout.generation_kwargs {problem}")
+        check(problem is None, f"{name} {problem}")
 
 
 @functools.cache

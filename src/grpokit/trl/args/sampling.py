@@ -29,6 +29,7 @@ def _generation(a: TrlArgs, ctx: dict) -> dict[str, Any]:
         "rollout.min_p": a.min_p or 0.0,
         "rollout.max_new_tokens": a.max_completion_length,
         "rollout.repetition_penalty": a.repetition_penalty,
+        "algo.loss_temperature": 0.0,  # the sampler's, unless generation_kwargs sets sampling apart (below)
     }
     extra = {}  # what only transformers' generate() does: beam search, no_repeat_ngram_size ...
     for key, value in (a.generation_kwargs or {}).items():
@@ -37,6 +38,8 @@ def _generation(a: TrlArgs, ctx: dict) -> dict[str, Any]:
         if key in _GENERATION_FIELDS:
             field = _GENERATION_FIELDS[key]
             out[f"rollout.{field}"] = [value] if field == "stop" and isinstance(value, str) else value
+            if field == "temperature":  # TRL samples at it, while every log-prob keeps args.temperature
+                out["algo.loss_temperature"] = a.temperature
         elif key in GENERATE_OWN_KEYS:  # TRL sets these itself from the tokenizer and its one-completion-per-row layout
             raise refuse(
                 "generation_kwargs",
@@ -163,9 +166,12 @@ GENERATION = Rule(
         "rollout.engine",
         "rollout.generation_kwargs",
         "env.max_episode_tokens",
+        "algo.loss_temperature",
     ),
     "min_p None is 0; generation_kwargs keys temperature, top_p, top_k, min_p, max_new_tokens, stop_strings, "
-    "repetition_penalty override (the penalty shapes sampling only, not the trained logprobs, as TRL); "
+    "repetition_penalty override sampling only, as TRL: the trained logprobs, KL and entropy keep temperature "
+    "(a generation_kwargs temperature sets rollout.temperature, the sampler's, and algo.loss_temperature = "
+    "temperature), the penalty is not applied to them and dr_grpo's divisor stays max_completion_length; "
     "any other key (num_beams 2, length_penalty, do_sample False ...) picks rollout.engine=generate, "
     "which passes them "
     "to transformers' generate() as TRL does (no sampling logprobs then; not with use_vllm); cache_implementation "

@@ -104,9 +104,10 @@ def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, A
     batch = make_token_batch(sb.rollout, t.tokenizer.pad_token_id, t.device)
     need_old, need_ref, want_entropy = needed_logprobs(settings)
     with torch.no_grad():
-        old, ent = t.logprobs(t.model, batch, entropy=want_entropy) if need_old else (None, None)
+        # pi_old as the loop takes it: with the sampler's truncated support replayed (TIS, mismatch/*)
+        old, ent, support = t.old_logprobs(batch, want_entropy) if need_old else (None, None, None)
         ref = reference.reference_logprobs(t.model, t.ref_model, batch, t.logprobs, t.ref_adapter) if need_ref else None
-    upd = update_inputs(settings, sb, batch, LogProbs(old, ref, ent))
+    upd = update_inputs(settings, sb, batch, LogProbs(old, ref, ent, support))
     facade._gen_scored = sb
     return trl_batch(upd, slice(None), float(upd.loss_mask.sum().item()))
 
