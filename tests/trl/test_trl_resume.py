@@ -232,3 +232,17 @@ def test_restored_state_is_the_checkpoints_but_for_what_the_running_run_sets():
         "epoch": 0.5,
         "best_metric": 0.5,
     }
+
+
+def test_a_checkpoint_without_trls_state_is_resumed_with_a_warning(tmp_path, caplog):
+    """A grpokit checkpoint written by `grpokit train` has no TRL trainer_state.json: the state keeps its resumed
+    global_step, and the empty history is said once (before: silently)."""
+    from transformers import TrainerState
+
+    from grpokit.trl.resumed_state import restore
+
+    state = TrainerState(global_step=3, max_steps=6)
+    with caplog.at_level("WARNING", logger="grpokit.trl"):
+        restore(state, tmp_path)
+    assert "holds no trainer_state.json (not a grpokit.trl checkpoint): resuming at global_step 3" in caplog.text
+    assert (state.global_step, state.log_history) == (3, [])
