@@ -4,7 +4,7 @@ optimizers and schedules run from overrides; mistakes are one sentence."""
 import pytest
 import torch
 
-from grpokit.config import OptimConfig
+from grpokit.config import Config, ConfigError, OptimConfig
 from grpokit.train.update import make_optimizer
 
 
@@ -87,9 +87,59 @@ def test_a_grpokit_run_takes_any_optimizer_and_schedule_from_overrides(tmp_path)
             {"optimizer": "sgd", "nesterov": True},
             "optim.nesterov=true needs optim.momentum > 0 and optim.dampening = 0 (got 0.0, 0.0)",
         ),
+        # the Adam settings are refused like the others where nothing reads them (before: silently ignored)
+        (
+            {"optimizer": "sgd", "adam_beta1": 0.5},
+            "optim.adam_beta1=0.5 has no effect with optim.optimizer=sgd; it is read by optim.optimizer adamw, "
+            "adamw_8bit, paged_adamw_8bit, paged_adamw_32bit, ademamix, ademamix_8bit, paged_ademamix_32bit, "
+            "paged_ademamix_8bit, lion_32bit, lion_8bit, paged_lion_32bit, paged_lion_8bit, adamw_torch_4bit, "
+            "adamw_torch_8bit",
+        ),
+        (
+            {"optimizer": "adafactor", "adam_eps": 1e-3},
+            "optim.adam_eps=0.001 has no effect with optim.optimizer=adafactor; it is read by optim.optimizer adamw, "
+            "adamw_8bit, paged_adamw_8bit, paged_adamw_32bit, ademamix, ademamix_8bit, paged_ademamix_32bit, "
+            "paged_ademamix_8bit, adamw_torch_4bit, adamw_torch_8bit",
+        ),
     ],
 )
 def test_optimizer_mistakes_are_one_sentence(overrides, message):
     from helpers.config_errors import optim_error
 
     assert optim_error(overrides) == message
+
+
+def test_lambda_grpos_own_adam_reads_the_betas_whatever_the_optimizer():
+    # algo.aggregation=lambda-grpo trains lambda with its own Adam on optim.adam_beta1 / adam_beta2 (not adam_eps)
+    from grpokit.validation import validate
+
+    cfg = Config()
+    cfg.algo.aggregation, cfg.optim.optimizer, cfg.optim.adam_beta1, cfg.optim.adam_beta2 = (
+        "lambda-grpo",
+        "sgd",
+        0.5,
+        0.9,
+    )
+    validate(cfg)
+    cfg.optim.adam_eps = 1e-3
+    with pytest.raises(ConfigError, match="optim.adam_eps=0.001 has no effect with optim.optimizer=sgd"):
+        validate(cfg)
+
+
+def test_a_preset_fills_no_adam_setting_an_optimizer_does_not_read():
+    # trl-default and smollm2-math set optim.adam_beta2=0.999 (TRL's); a run on sgd or adafactor gets none of it
+    # (the refusal is for values the user sets), a run on adamw gets it, and lambda-GRPO's own Adam reads it on sgd
+    from grpokit.config import apply_overrides, presets
+    from grpokit.validation import unread_rules, validate
+
+    for preset in ("trl-default", "smollm2-math"):
+        for optimizer, aggregation, beta2 in [
+            ("sgd", "", 0.99),
+            ("adafactor", "", 0.99),
+            ("adamw", "", 0.999),
+            ("sgd", "lambda-grpo", 0.999),
+        ]:
+            given = [f"optim.optimizer={optimizer}"] + ([f"algo.aggregation={aggregation}"] if aggregation else [])
+            cfg = presets.apply(preset, apply_overrides(Config(), given), rules=unread_rules())
+            assert cfg.optim.adam_beta2 == beta2, (preset, optimizer, aggregation)
+            validate(cfg)

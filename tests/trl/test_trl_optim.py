@@ -163,6 +163,10 @@ OPTIMIZERS = [
     dict(optim="adafactor"),
     dict(optim="adafactor", weight_decay=0.1),
     dict(optim="sgd"),
+    # transformers gives the Adam settings to the Adam family only: the mapping leaves them out (grpokit refuses an
+    # optim.adam_* set where its optimizer does not read it), so TRL's values are accepted and change nothing
+    dict(optim="sgd", adam_beta1=0.5, adam_beta2=0.9, adam_epsilon=1e-3),
+    dict(optim="adafactor", adam_beta2=0.5),
     dict(optim="sgd", optim_args="momentum=0.9, nesterov=True", weight_decay=0.01),
     dict(
         optim="sgd", optim_args="momentum=0.5,dampening=0.1,weight_decay=0.3"
@@ -192,6 +196,19 @@ def test_optimizer_and_hyperparameters_are_transformers(kwargs):
     assert type(ours) is cls
     mine, want = ({k: v for k, v in o.param_groups[0].items() if k not in IMPLEMENTATION} for o in (ours, theirs))
     assert mine == want
+
+
+def test_the_adam_settings_reach_only_an_optimizer_that_reads_them():
+    # TRL's defaults (adam_beta2 0.999) and values given with sgd or adafactor: transformers passes them to the
+    # Adam family alone, so the mapping leaves grpokit's fields unset there (0.9, 0.99, 1e-8) and the run's checks,
+    # which refuse an optim.adam_* set where its optimizer does not read it, pass; adamw_torch copies them
+    from grpokit.validation import validate
+
+    for optim in ("sgd", "adafactor", "adamw_torch"):
+        cfg = to_config(GRPOConfig("o", optim=optim, adam_beta1=0.5, adam_epsilon=1e-3), num_rows=10)
+        validate(cfg)
+        adam = (cfg.optim.adam_beta1, cfg.optim.adam_beta2, cfg.optim.adam_eps)
+        assert adam == ((0.5, 0.999, 1e-3) if optim == "adamw_torch" else (0.9, 0.99, 1e-8)), optim
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import importlib
 from pathlib import Path
 
 import pytest
+import torch
 from datasets import Dataset
 
 from grpokit.config import ConfigError
@@ -118,6 +119,75 @@ def test_a_rerun_into_the_same_output_dir_keeps_the_earlier_runs_checkpoints(lib
     assert (earlier / "metrics.jsonl").read_text().count("\n") == 3
 
 
+class Counted:
+    """Counts the optimizer steps (on_optimizer_step) of a train() call; with ``stop_at``, stops after that step."""
+
+    def __init__(self, stop_at: int = 0):
+        self.updates, self.stop_at = 0, stop_at
+
+    def __getattr__(self, name):  # transformers calls every event; a TrainerCallback's are no-ops
+        if name.startswith("on_"):
+            return lambda *a, **kw: None
+        raise AttributeError(name)
+
+    def on_optimizer_step(self, args, state, control, **kw):
+        self.updates += 1
+
+    def on_step_end(self, args, state, control, **kw):
+        if state.global_step == self.stop_at:
+            control.should_training_stop = True
+
+
+def _trained(trainer) -> list[tuple[int, float, bool]]:
+    """(step, learning_rate, whether num_tokens was logged) of each logged training step."""
+    return [(e["step"], e["learning_rate"], "num_tokens" in e) for e in trainer.state.log_history if "loss" in e]
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_a_run_ended_inside_a_generation_batch_resumes_to_the_new_max_steps(lib, model, tmp_path):
+    """num_iterations=2: a generation batch feeds 2 steps, so max_steps=3 ends inside the second. Resumed to
+    max_steps=6 from checkpoint-3: 3 more optimizer steps (6 - 3), steps 4, 5, 6 logged after the checkpoint's 1-3,
+    a new batch sampled at step 4 (TRL samples one at a resume) and step 6, the token count going on, and the linear
+    schedule over 6 steps at 1e-6 x 2 / 6, 1 / 6 for steps 5 and 6. Before grpokit kept the update count, it took the 2
+    saved batches for 4 steps: 2 updates, logged as steps 5 and 6, the history and token count lost (no
+    checkpoint-4 to read them from)."""
+    out = tmp_path / "out"
+    _trainer(lib, model, out, 3, num_iterations=2).train()
+    resumed, counted = _trainer(lib, model, out, 6, num_iterations=2), Counted()
+    resumed.add_callback(counted)
+    result = resumed.train(resume_from_checkpoint=True)
+    assert result.global_step == 6 and counted.updates == 3
+    steps = _trained(resumed)
+    assert [(s, sampled) for s, _, sampled in steps] == [(1, 1), (2, 0), (3, 1), (4, 1), (5, 0), (6, 1)]
+    # step 4: transformers runs it at the rate the checkpoint's optimizer ended with (0, the end of a 3-step linear
+    # schedule) and takes the new schedule from step 5; grpokit at the new schedule's rate for step 4 (docs/TRL.md)
+    fourth = 0.0 if lib == "trl" else 1e-6 * 3 / 6
+    assert [rate for _, rate, _ in steps[3:]] == pytest.approx([fourth, 1e-6 * 2 / 6, 1e-6 / 6])
+    tokens = [e["num_tokens"] for e in resumed.state.log_history if "num_tokens" in e]
+    assert tokens == sorted(tokens) and tokens[2] > tokens[1]
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_a_stop_inside_a_generation_batch_resumes_with_its_step_count(lib, model, tmp_path):
+    """num_iterations=2, steps_per_generation=2: 4 steps a generation batch; a callback stops at step 3, which
+    checkpoint-3 holds (its scheduler after 3 steps). Resumed to max_steps=8: 5 more steps, 4-8, at 1e-6 x
+    (8 - 3) / 8 ... 1 / 8. Before, grpokit resumed at step 4 (one whole batch), made 4 steps and logged from 5, the
+    rates shifted by one. checkpoint-3 holds transformers' training_args.bin, the arguments object."""
+    out, kw = tmp_path / "out", dict(num_iterations=2, steps_per_generation=2)
+    first = _trainer(lib, model, out, 8, **kw)
+    first.add_callback(Counted(stop_at=3))
+    first.train()
+    args = torch.load(out / "checkpoint-3" / "training_args.bin", weights_only=False)
+    assert type(args).__name__ == "GRPOConfig" and args.max_steps == 8 and args.num_iterations == 2
+    resumed, counted = _trainer(lib, model, out, 8, **kw), Counted()
+    resumed.add_callback(counted)
+    result = resumed.train(resume_from_checkpoint=True)
+    assert result.global_step == 8 and counted.updates == 5
+    steps = _trained(resumed)
+    assert [s for s, _, _ in steps] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [rate for _, rate, _ in steps[3:]] == pytest.approx([1e-6 * k / 8 for k in (5, 4, 3, 2, 1)])
+
+
 def test_what_cannot_be_resumed_as_named_is_refused_in_one_sentence(model, tmp_path):
     """A path that does not exist, a checkpoint-N folder that is not grpokit's, another output_dir's checkpoint:
     each refused before anything is built, never resumed from the newest checkpoint instead."""
@@ -162,3 +232,17 @@ def test_restored_state_is_the_checkpoints_but_for_what_the_running_run_sets():
         "epoch": 0.5,
         "best_metric": 0.5,
     }
+
+
+def test_a_checkpoint_without_trls_state_is_resumed_with_a_warning(tmp_path, caplog):
+    """A grpokit checkpoint written by `grpokit train` has no TRL trainer_state.json: the state keeps its resumed
+    global_step, and the empty history is said once (before: silently)."""
+    from transformers import TrainerState
+
+    from grpokit.trl.resumed_state import restore
+
+    state = TrainerState(global_step=3, max_steps=6)
+    with caplog.at_level("WARNING", logger="grpokit.trl"):
+        restore(state, tmp_path)
+    assert "holds no trainer_state.json (not a grpokit.trl checkpoint): resuming at global_step 3" in caplog.text
+    assert (state.global_step, state.log_history) == (3, [])

@@ -8,6 +8,46 @@ from __future__ import annotations
 
 from .base import section
 
+ADAM_FIELDS = ("adam_beta1", "adam_beta2", "adam_eps")
+BNB_FIELDS = {  # bitsandbytes optimizer -> the optim fields it reads beyond lr and weight_decay
+    "adamw_8bit": ADAM_FIELDS,
+    "paged_adamw_8bit": ADAM_FIELDS,
+    "paged_adamw_32bit": ADAM_FIELDS,
+    "ademamix": ADAM_FIELDS,
+    "ademamix_8bit": ADAM_FIELDS,
+    "paged_ademamix_32bit": ADAM_FIELDS,
+    "paged_ademamix_8bit": ADAM_FIELDS,
+    "lion_32bit": ("adam_beta1", "adam_beta2"),
+    "lion_8bit": ("adam_beta1", "adam_beta2"),
+    "paged_lion_32bit": ("adam_beta1", "adam_beta2"),
+    "paged_lion_8bit": ("adam_beta1", "adam_beta2"),
+    "rmsprop_bnb": (),
+    "rmsprop_bnb_8bit": (),
+    "rmsprop_bnb_32bit": (),
+}
+OPTIMIZER_FIELDS: dict[str, tuple[str, ...]] = {  # the optim fields (beyond lr and weight_decay) each optimizer reads
+    "adamw": ADAM_FIELDS,
+    "adafactor": (),
+    "sgd": ("momentum", "dampening", "nesterov"),
+    "adagrad": ("lr_decay", "eps"),
+    "rmsprop": ("momentum", "rms_alpha", "eps", "centered"),
+    **BNB_FIELDS,
+    "adamw_torch_4bit": ADAM_FIELDS,
+    "adamw_torch_8bit": ADAM_FIELDS,
+}
+"""Which optim fields each optimizer reads (optim/optimizers.py builds them so; a table here, in the config layer,
+so that validation refuses the others and a preset leaves them unset: ``unread_optimizer_fields``)."""
+LAMBDA_ADAM = ("adam_beta1", "adam_beta2")
+"""What lambda-GRPO's own Adam reads of the optim section, whatever the optimizer (algo/stage_state.py)."""
+
+
+def unread_optimizer_fields(optimizer: str, lambda_grpo: bool = False) -> list[str]:
+    """The optimizers' fields that ``optimizer`` does not read (none for a name not in the table), less the betas
+    when ``lambda_grpo`` (algo.aggregation=lambda-grpo) reads them. Example: "sgd" -> adam_beta1 ... centered."""
+    reads = set(OPTIMIZER_FIELDS.get(optimizer, [n for names in OPTIMIZER_FIELDS.values() for n in names]))
+    reads |= set(LAMBDA_ADAM) if lambda_grpo else set()
+    return sorted({n for names in OPTIMIZER_FIELDS.values() for n in names} - reads)
+
 
 @section
 class OptimConfig:
@@ -15,7 +55,7 @@ class OptimConfig:
     """"adamw" (torch's AdamW, fused where it can be), "adafactor" (transformers' Adafactor driven by `lr` and the
     schedule, as transformers' Trainer builds it), "sgd", "adagrad", "rmsprop" (torch's), or a low-bit AdamW from a CUDA
     library: "adamw_8bit", "paged_adamw_8bit" and bitsandbytes' others under transformers' optim names
-    ("paged_adamw_32bit", "ademamix", "lion_8bit", "rmsprop_bnb" ...: optim/optimizers.py BNB_FIELDS),
+    ("paged_adamw_32bit", "ademamix", "lion_8bit", "rmsprop_bnb" ...: BNB_FIELDS below),
     "adamw_torch_4bit", "adamw_torch_8bit" (torchao)."""
     lr: float = 1e-6
     """Peak learning rate (1e-6, TRL's and DeepSeekMath's, suits LLMs; the tiny demo model uses 3e-4)."""
@@ -26,11 +66,12 @@ class OptimConfig:
     transformers' Trainer's two groups, parameters inside a LayerNorm or named bias / norm (RMSNorm weights)
     undecayed (optim/decay.py); grpokit.trl sets false, as TRL, when it decays. Refused with weight_decay=0."""
     adam_beta1: float = 0.9
-    """AdamW beta1."""
+    """AdamW beta1 (and of the other Adam-family optimizers; lambda-GRPO's own Adam too). Refused with an
+    optimizer that does not read it (sgd, adafactor ...)."""
     adam_beta2: float = 0.99
-    """AdamW beta2."""
+    """AdamW beta2 (as adam_beta1)."""
     adam_eps: float = 1e-8
-    """AdamW epsilon."""
+    """AdamW epsilon (the Adam-family optimizers'; refused with the others)."""
     momentum: float = 0.0
     """sgd and rmsprop: momentum factor (0: none)."""
     dampening: float = 0.0

@@ -18,25 +18,8 @@ from typing import Any, Callable
 import torch
 
 from grpokit.config.base import ConfigError
-from grpokit.config.optim import OptimConfig
+from grpokit.config.optim import BNB_FIELDS, OptimConfig  # which fields each optimizer reads: config/optim.py
 
-ADAM_FIELDS = ("adam_beta1", "adam_beta2", "adam_eps")
-BNB_FIELDS = {  # bitsandbytes optimizer -> the optim fields it reads beyond lr and weight_decay
-    "adamw_8bit": ADAM_FIELDS,
-    "paged_adamw_8bit": ADAM_FIELDS,
-    "paged_adamw_32bit": ADAM_FIELDS,
-    "ademamix": ADAM_FIELDS,
-    "ademamix_8bit": ADAM_FIELDS,
-    "paged_ademamix_32bit": ADAM_FIELDS,
-    "paged_ademamix_8bit": ADAM_FIELDS,
-    "lion_32bit": ("adam_beta1", "adam_beta2"),
-    "lion_8bit": ("adam_beta1", "adam_beta2"),
-    "paged_lion_32bit": ("adam_beta1", "adam_beta2"),
-    "paged_lion_8bit": ("adam_beta1", "adam_beta2"),
-    "rmsprop_bnb": (),
-    "rmsprop_bnb_8bit": (),
-    "rmsprop_bnb_32bit": (),
-}
 PACKAGES = {
     **dict.fromkeys(BNB_FIELDS, "bitsandbytes"),
     "adamw_torch_4bit": "torchao",
@@ -148,16 +131,6 @@ OPTIMIZERS: dict[str, Callable[[list, OptimConfig], torch.optim.Optimizer]] = {
     **dict.fromkeys(BNB_FIELDS, _bitsandbytes),
     "adamw_torch_4bit": _torchao,
     "adamw_torch_8bit": _torchao,
-}
-OPTIMIZER_FIELDS: dict[str, tuple[str, ...]] = {  # the optim fields (beyond lr and weight_decay) each optimizer reads
-    "adamw": ADAM_FIELDS,
-    "adafactor": (),
-    "sgd": ("momentum", "dampening", "nesterov"),
-    "adagrad": ("lr_decay", "eps"),
-    "rmsprop": ("momentum", "rms_alpha", "eps", "centered"),
-    **BNB_FIELDS,
-    "adamw_torch_4bit": ADAM_FIELDS,
-    "adamw_torch_8bit": ADAM_FIELDS,
 }
 
 

@@ -8,7 +8,8 @@ A checkpoint is a folder ``checkpoints/step-000123/`` holding
 * ``rng.pt``: the Python, NumPy and torch RNG states and the rollout sampler's generator
   (neither of these two with ``train.save_only_model``: such a checkpoint resumes with the weights,
   a fresh optimizer and schedule and the current random state, as transformers' save_only_model);
-* ``trainer_state.json``: the step, the data position and the training prompts' fingerprint;
+* ``trainer_state.json``: the step, the optimizer updates and slices trained (a step may end between two of its
+  updates: train.max_updates, a callback's stop), the data position and the training prompts' fingerprint;
 * ``extra_state.pt`` (only when a variant has state of its own): e.g. lambda-GRPO's lambda, an
   optimizer update still accumulating when the step ended (train.accumulation_slices), or the reference
   model refreshed by algo.ref_refresh_every (its weights, unless it is a copy of this checkpoint's policy).
@@ -61,6 +62,9 @@ class TrainerState:
     data_position: int
     data: dict | None = None  # the training prompts' identity (data/prompts.py fingerprint); None: an older checkpoint
     numerics: dict | None = None  # what its sums depended on (train/numerics.py); None: an older checkpoint
+    updates: int | None = None  # optimizer updates applied (TRL's global_step); None: an older checkpoint
+    slices: int | None = None  # slices trained: the next one's place in the stream of update windows; None: older
+    round_left: int = 0  # slices of the last step's batch left untrained (train.max_updates or a stop inside it)
 
 
 def save(

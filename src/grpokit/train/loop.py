@@ -66,7 +66,8 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
     (``RUN/checkpoints/step-N``: exactly that one; the later ones move to ``RUN/earlier-runs/``, resume.py).
     The run folder is locked from here to the end of ``train()`` (train/run_lock.py); with
     ``start_if_no_checkpoint`` (``grpokit train --resume``), a ``resume`` folder without a checkpoint
-    starts the run from step 0 there instead of being refused."""
+    starts the run from step 0 there instead of being refused; with ``until_max_updates`` (grpokit.trl) a resumed
+    run takes the steps it still needs to reach train.max_updates (trainer_setup.py _steps_to_max_updates)."""
 
     def __init__(
         self,
@@ -85,11 +86,12 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         callbacks: list | None = None,
         args: Any = None,
         start_if_no_checkpoint: bool = False,
+        until_max_updates: bool = False,
     ):
         refuse_in_worker_start("a grpokit Trainer")  # before any file or model: a worker re-running the script
         self.cfg = cfg = build.settle_config(cfg, own_rows=train_rows is not None)
         build.check_rollout_func(cfg, rollout_func, tools, environment_factory)
-        self.quiet = quiet
+        self.quiet, self.until_max_updates = quiet, until_max_updates
         self._open_run_dir(resume, start_if_no_checkpoint)  # the run folder, locked for one writer
         self._join_processes()  # threads and seeds, torchrun's process group, the device
         self.tokenizer = load_tokenizer(cfg.model, tokenizer)
@@ -238,14 +240,16 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         self._updating = True  # from here on the model is no longer the last finished step's
         with timer("update"):  # 5-6. loss, backward, optimizer: the stream of slices, k an update
             parts, applied = cfg.train.updates_per_batch, self.updates
+            end = self.slices + a.num_iterations * parts  # the stream's place after this batch's slices
             # TRL's normalisers of a cut batch: its counts over every rank, once for all its slices
             counts = batch_counts(inputs, parts, self.dist)
-            slices = ((i, j, p) for i in range(a.num_iterations) for j, p in enumerate(update_slices(inputs, parts)))
-            for i, j, part in slices:  # num_iterations passes over TRL's steps_per_generation slices
+            slices = (jp for _ in range(a.num_iterations) for jp in enumerate(update_slices(inputs, parts)))
+            for j, part in slices:  # num_iterations passes over TRL's steps_per_generation slices
                 if self._updates_done() or self._stop_before_update(applied):  # TRL's max_steps, a callback's stop
                     break
-                upd = self._update(part, counts, settings, (self.step * a.num_iterations + i) * parts + j)
+                upd = self._update(part, counts, settings, j)
                 updates += [upd] if upd is not None else []
+            self.round_left = end - self.slices  # what a checkpoint of this step says it left untrained
             if a.ref_refresh_every and (self.step + 1) % a.ref_refresh_every == 0:
                 refresh_reference(self.ref_model, self.model, a.ref_mixup_alpha)  # a policy snapshot, or TR-DPO's mix
                 self.ref_refreshed = (self.step + 1, a.ref_mixup_alpha == 1.0)  # what a checkpoint keeps of it
@@ -255,20 +259,20 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         upd = step_metrics.step_update_metrics(updates)  # the mean over the step's updates (grad_norm/max ...)
         return self._step_metrics(sb, inputs, every, {**upd, **extra, **stage})  # 7. record
 
-    def _update(self, part, counts, settings: StepSettings, position: int) -> dict[str, float] | None:
-        """Backpropagate slice ``part`` of its batch (``counts``: the batch's, update_windows.batch_counts; slice
-        number ``position`` of the run) into the pending update; apply the update once it holds its window's
-        slices (train.accumulation_slices, or fewer at an epoch's end: train.accumulation_epoch_steps; every
-        slice by default) and return its metrics, else None."""
+    def _update(self, part, counts, settings: StepSettings, index: int) -> dict[str, float] | None:
+        """Backpropagate slice ``part`` (number ``index`` of its batch; ``counts``: the batch's,
+        update_windows.batch_counts; slice number ``self.slices`` of the run) into the pending update; apply the
+        update once it holds its window's slices (train.accumulation_slices, or fewer at an epoch's end:
+        train.accumulation_epoch_steps; every slice by default) and return its metrics, else None."""
         cfg, t = self.cfg, self.cfg.train
         for state in self.stage_states:  # e.g. adaptive entropy: this update's coefficient
             part = state.before_update(part)
         window, ends = window_at(
-            position, t.accumulation_slices, t.accumulation_epoch_steps * t.updates_per_batch * cfg.algo.num_iterations
+            self.slices,
+            t.accumulation_slices,
+            t.accumulation_epoch_steps * t.updates_per_batch * cfg.algo.num_iterations,
         )
-        parts = t.updates_per_batch
-        # TRL's normalisers of a cut batch (position % parts: the slice's place in its batch)
-        counts = window_counts(counts, position % parts, parts, window)
+        counts = window_counts(counts, index, t.updates_per_batch, window)  # TRL's normalisers of a cut batch
         forwards = Forwards(
             temperature=self.loss_temperature,
             micro_batch_size=t.micro_batch_size,
@@ -279,6 +283,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             autocast=self.autocast,
         )
         self.loss_stage(self.model, self.optimizer, part, self.pending, forwards, dist=self.dist, counts=counts)
+        self.slices += 1
         if not ends:
             return None
         self.callbacks("on_pre_optimizer_step")  # the update's gradient is complete; the step follows

@@ -90,6 +90,9 @@ class TrainerOutputs:
             data_position=self.sampler.position,
             data=self.data_identity,
             numerics=self.numerics,
+            updates=self.updates,
+            slices=self.slices,
+            round_left=self.round_left,
         )
         hooks = checkpoint_hooks.checkpoint_writers(
             self.model, self.optimizer, self.generator, self.dist, self.cfg.model

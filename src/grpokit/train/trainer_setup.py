@@ -37,7 +37,7 @@ from . import resume as run_folder
 from .models import quiet_transformers, resolve_device
 from .prefix_tree import refusal as prefix_tree_refusal
 from .update import Accumulator
-from .update_windows import run_updates
+from .update_windows import resumed_counts, rounds_to_make
 
 
 class TrainerSetup:
@@ -136,6 +136,9 @@ class TrainerSetup:
         # the plain seeded order, the frontier curriculum, or domains mixed by share (train/domain_setup.py)
         self.sampler = domain_setup.make_sampler(cfg, self.prompts, cfg.rollout.group_size, self.dist.world_size)
         self.step = self.saved_step = 0
+        # optimizer updates applied (TRL's global_step), slices trained (the next one's place in the stream of
+        # update windows), and those of the last step's batch left untrained (train.max_updates or a stop inside it)
+        self.updates = self.slices = self.round_left = 0
         self.resumed_from: Path | None = None  # the checkpoint folder a resumed run started from
         self.pending = Accumulator()  # the update being accumulated (train.accumulation_slices > 1: it may span steps)
         # the step whose end last refreshed the reference (0: never) and whether that was a plain copy of the policy:
@@ -144,8 +147,7 @@ class TrainerSetup:
         self.saved_numerics: dict | None = None  # what the resumed checkpoint's sums depended on (train/numerics.py)
         if self.resume_dir:
             self._resume()
-        # optimizer updates applied so far (TRL's global_step)
-        self.updates = run_updates(self.step, t, cfg.algo.num_iterations)
+            self._steps_to_max_updates()
 
     def _check_numerics(self) -> None:
         """What this run's sums depend on, recorded once everything that sets it is in place (an async worker
@@ -235,3 +237,28 @@ class TrainerSetup:
         pending = carried_state.restore_extra(ckpt, self.stage_states, self.optimizer, t.accumulation_slices)
         if pending is not None:  # an update the checkpoint's window left accumulating
             self.pending = pending
+        scheduled = self.scheduler.last_epoch if (ckpt / "optimizer.pt").is_file() else None  # older checkpoints
+        self.updates, self.slices = resumed_counts(
+            state.step, state.updates, state.slices, scheduled, t, self.cfg.algo.num_iterations
+        )
+        if state.round_left and self.dist.is_main:  # TRL's resume too samples a new batch (its buffer is not saved)
+            print(
+                f"grpokit: warning: {ckpt} was written between two updates of step {state.step}'s batch, "
+                f"{state.round_left} of its slices untrained (train.max_updates or a stop there); the resumed run "
+                f"goes on with step {state.step + 1}'s new batch, as TRL's resume does, so those slices are not "
+                "trained as the uninterrupted run would train them",
+                flush=True,
+            )
+
+    def _steps_to_max_updates(self) -> None:
+        """grpokit.trl (``until_max_updates``): train.steps are the rounds that make train.max_updates (TRL's
+        max_steps) updates from step 0; a resumed run whose checkpoint ended between two updates of a step's batch
+        needs more, which train.steps becomes (saved with the run's config)."""
+        t = self.cfg.train
+        if not (self.until_max_updates and t.max_updates > self.updates):
+            return
+        per_round, epoch = t.updates_per_batch * self.cfg.algo.num_iterations, t.accumulation_epoch_steps
+        needed = rounds_to_make(
+            t.max_updates - self.updates, self.slices, per_round, t.accumulation_slices, epoch * per_round
+        )
+        t.steps = max(t.steps, self.step + needed)

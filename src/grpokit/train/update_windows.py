@@ -1,9 +1,11 @@
 """Which slices make an optimizer update: every ``train.accumulation_slices`` slices of the stream
 of batches (TRL's rolling window when steps_per_generation is not a multiple of
 gradient_accumulation_steps), restarting each epoch (train.accumulation_epoch_steps) with a shorter
-last window. Pure arithmetic: the loop (train/loop.py) asks where a slice falls, and how many
-updates a run has made after some steps (TRL's global_step); and what a slice of such a window divides its
-loss by (``window_counts``, from the batch's counts taken once: ``batch_counts``).
+last window. Pure arithmetic: the loop (train/loop.py) asks where a slice falls (by its place in the stream:
+the slices trained before it, which a checkpoint keeps, since a step may end between two of its updates), how
+many updates a run makes in some steps (the schedule's length), what a resumed run has done (``resumed_counts``)
+and still needs (``rounds_to_make``); and what a slice of such a window divides its loss by (``window_counts``,
+from the batch's counts taken once: ``batch_counts``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,31 @@ def run_updates(rounds: int, t, num_iterations: int) -> int:
     return total_updates(
         rounds, t.updates_per_batch * num_iterations, t.accumulation_slices, t.max_updates, t.accumulation_epoch_steps
     )
+
+
+def resumed_counts(step: int, updates: int | None, slices: int | None, scheduled: int | None, t, iterations: int):
+    """``(optimizer updates applied, slices trained)`` at a checkpoint of ``step`` steps that recorded
+    ``updates`` and ``slices`` (None: written before grpokit kept them). An older checkpoint's updates are its
+    schedule's count (``scheduled``: the scheduler's last_epoch, stepped once an update; None for a model-only
+    save, which has no schedule: then whole rounds, ``run_updates``); its slices, whole rounds.
+    Example: steps of 2 iterations x 2 slices, every slice an update, the second step cut after its first update by
+    train.max_updates 5: recorded (5, 5); an older checkpoint, its schedule at 5: (5, 8)."""
+    if updates is None:
+        updates = scheduled if scheduled is not None else run_updates(step, t, iterations)
+    return updates, slices if slices is not None else step * t.updates_per_batch * iterations
+
+
+def rounds_to_make(updates: int, start: int, per_round: int, window: int, epoch_slices: int = 0) -> int:
+    """Rounds of ``per_round`` slices that make ``updates`` more optimizer updates when the stream's next
+    slice is number ``start`` (windows of ``window`` slices, restarting every ``epoch_slices``: ``window_at``).
+    Example: 2 slices a round, window 3, from slice 5 (slices 3 and 4 of its window done): rounds 5 6 and 7 8, the
+    first update ending at slice 5 and the second at 8, so 2 updates take 2 rounds (and 3 updates, 4 rounds)."""
+    rounds = made = 0
+    while made < updates:
+        first = start + rounds * per_round
+        made += sum(window_at(p, window, epoch_slices)[1] for p in range(first, first + per_round))
+        rounds += 1
+    return rounds
 
 
 def window_at(position: int, window: int, epoch_slices: int = 0) -> tuple[int, bool]:

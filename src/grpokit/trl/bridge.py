@@ -142,7 +142,8 @@ class StepBridge:
         self.begun = False  # the user's on_step_begin of the next TRL step was called
         self.open: tuple[dict, float] | None = None  # the applied update whose TRL step has not ended, its seconds
         self.told = False  # the loop told of this round's sampling (sampled_round)
-        self.round_keys: set[str] = set()
+        self.round_keys: set[str] = set()  # the round's sampling metrics' names, and its updates' (update_keys)
+        self.update_keys: set[str] = set()
         self.in_epoch = False  # the user's on_epoch_begin of the running epoch was called
         self.add_final: Callable[[dict], None] = lambda metrics: None  # the memory metrics (trainer.py) join the end
         # (logs, training): the trainer's log(), which may be a subclass's, and adds _metrics["train"] as TRL's
@@ -186,7 +187,8 @@ class StepBridge:
             self.evaluate()
 
     def on_step_begin(self, args, state, control, **kw):
-        self.mark, self.sampled, self.told, self.round_keys = time.perf_counter(), [], False, set()
+        self.mark, self.sampled, self.told = time.perf_counter(), [], False
+        self.round_keys, self.update_keys = set(), set()
         n, g = self.args.torch_empty_cache_steps, self.state.global_step
         if n and any(
             s % n == 0 for s in range(g, g + self.per_round)
@@ -248,20 +250,22 @@ class StepBridge:
         also gets the round's own metrics (timings ...)."""
         now = time.perf_counter()
         self.open, self.mark = (dict(metrics or {}), now - self.mark), now
+        self.update_keys |= set(self.open[0])
         self.user("on_optimizer_step")
 
     def on_step_end(self, args, state, control, metrics=None, **kw):
-        """The round ends: its last TRL step ends with the round's metrics; a round that applied no update
-        (a rolling window) leaves its metrics to the step of the update that follows."""
+        """The round ends: its last TRL step ends with the round's own metrics (timings ...; its updates' are each
+        in its own step's entry), or, when that step has ended already (a rolling window's last slices wait for the
+        next round's), they wait for the step of the update that follows."""
         if not self.told:  # not told of the round's sampling (grpokit's loop always tells)
             self.sampled_round({})
-        # timings, the update ... (not the step's own summary of its updates: each TRL step logs its update's)
-        rest = {k: v for k, v in (metrics or {}).items() if k not in self.round_keys and k not in STEP_ONLY}
+        elsewhere = self.round_keys | self.update_keys | set(STEP_ONLY)  # not the loop's mean over the updates
+        rest = {k: v for k, v in (metrics or {}).items() if k not in elsewhere}
         if self.open is not None:
             self.round_save = control.should_save  # grpokit's schedule (train.save_every, the last step)
             self._end_step(rest, control)
             self.round_save = False
-        else:  # a round that applied no update: its own metrics wait for the next step's entry
+        else:  # no TRL step open: they wait for the next step's entry
             self._accumulate(rest)
         control.should_save = self._take_save()
         return control

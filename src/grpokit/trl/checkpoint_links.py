@@ -17,11 +17,15 @@ from . import best
 from .inputs import HubPushError, push_folder
 
 log = logging.getLogger("grpokit.trl")
+TRAINING_ARGS = "training_args.bin"  # transformers' TRAINING_ARGS_NAME
 
 
-def name_checkpoint(path: Path, step: int, out: Path, state, saved_steps: set[int], is_main: bool) -> None:
+def name_checkpoint(
+    path: Path, step: int, out: Path, state, saved_steps: set[int], is_main: bool, args: Any = None
+) -> None:
     """TRL's ``out/checkpoint-<step>``: a link to grpokit's checkpoint model folder ``path/model``, with
-    TRL's trainer_state.json (``state``) in it; links whose checkpoint was rotated away are removed.
+    TRL's trainer_state.json (``state``) and transformers' training_args.bin (``args`` pickled by torch.save,
+    as transformers' ``_save``) in it; links whose checkpoint was rotated away are removed.
     ``saved_steps`` (the TRL steps with a checkpoint) gets ``step``."""
     saved_steps.add(step)
     best.note_checkpoint(
@@ -35,9 +39,18 @@ def name_checkpoint(path: Path, step: int, out: Path, state, saved_steps: set[in
     # relative (checkpoints/step-N/model): the links still lead to their checkpoints when output_dir is moved
     link.symlink_to(os.path.relpath(path.resolve() / "model", out.resolve()), target_is_directory=True)
     state.save_to_json(str(path / "model" / "trainer_state.json"))
+    save_args(args, path / "model")
     for old in out.glob("checkpoint-*"):
         if old.is_symlink() and not old.exists():
             old.unlink()
+
+
+def save_args(args: Any, folder: Path) -> None:
+    """transformers' ``training_args.bin`` in ``folder``: the arguments object, ``torch.save``d (None: nothing)."""
+    if args is not None:
+        import torch
+
+        torch.save(args, folder / TRAINING_ARGS)
 
 
 class HubPush:

@@ -33,9 +33,17 @@ def restored(saved: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
 
 
 def restore(state: Any, checkpoint: Path) -> None:
-    """``state`` (transformers' TrainerState) continued from ``checkpoint/trainer_state.json`` (see ``restored``)."""
+    """``state`` (transformers' TrainerState) continued from ``checkpoint/trainer_state.json`` (see ``restored``).
+    A checkpoint without one (written by ``grpokit train``, not grpokit.trl) is said once: the weights, optimizer
+    and step carry over, the log history and token count start empty (transformers starts a fresh state too)."""
     saved_file = Path(checkpoint) / "trainer_state.json"
     if not saved_file.exists():
+        log.warning(
+            "%s holds no trainer_state.json (not a grpokit.trl checkpoint): resuming at global_step %d with an empty "
+            "log_history and num_tokens counted from 0",
+            checkpoint,
+            state.global_step,
+        )
         return
     saved = json.loads(saved_file.read_text())
     for key, value in restored(saved, vars(state)).items():

@@ -206,17 +206,20 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         # a sentence from inside the run names TRL's arguments, and the adapters' the peft_config fields that set them
         peft = {f: f"peft_config.{k}" for k, f in LORA_FIELDS.items()} if self._given.peft_config is not None else {}
         with named_as({**TRL_NAMES, **peft}):
-            trainer = Trainer(self.cfg, resume=resume, callbacks=callbacks, args=self.args, **self._kwargs)
+            # until_max_updates: a checkpoint between two updates of a batch still runs to TRL's max_steps
+            trainer = Trainer(
+                self.cfg, resume=resume, callbacks=callbacks, args=self.args, until_max_updates=True, **self._kwargs
+            )
         trainer.kept_checkpoint = lambda: best.kept_folder(self.bridge.state, Path(self.cfg.train.out))
         trainer.reward_state = lambda: self.bridge.state  # TRL's view: optimizer steps, max_steps, log_history
         self._connect_bridge(trainer)
-        if resume:
-            self.bridge.state.global_step = trainer.updates
+        if resume and trainer.resumed_from is not None:
+            self.bridge.state.global_step = trainer.updates  # the checkpoint's own count (TRL's global_step)
             default_callbacks.resumed_at(self.bridge.user.callbacks, trainer.updates + 1)  # TRL's steps from here
-            link = Path(self.cfg.train.out) / f"checkpoint-{trainer.updates}"
-            resumed_state.restore(self.bridge.state, link)  # log_history, token count, best record ...
+            saved = trainer.resumed_from / "model"  # what its checkpoint-N link names: TRL's trainer_state.json
+            resumed_state.restore(self.bridge.state, saved)  # log_history, token count, best record ...
             if self.args.restore_callback_states_from_checkpoint:
-                callback_states.restore(self.bridge.state, self.bridge.user.callbacks, link)
+                callback_states.restore(self.bridge.state, self.bridge.user.callbacks, saved)
             if (
                 self.args.ignore_data_skip
             ):  # transformers: the epochs trained count, the batches of this one are not skipped

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from . import callback_states
-from .checkpoint_links import name_checkpoint
+from .checkpoint_links import name_checkpoint, save_args
 from .inputs import push_folder
 
 
@@ -57,9 +57,8 @@ class TrainerFiles:
         self.create_model_card(model_name=card_model_name(self.args))
         stop = self.bridge.user.control.should_training_stop or step >= self.state.max_steps
         callback_states.at_save(self.state, self.bridge.user.callbacks, stop)
-        name_checkpoint(
-            path, step, Path(self.cfg.train.out), self.state, self._saved_steps, self.accelerator.is_main_process
-        )
+        out, main = Path(self.cfg.train.out), self.accelerator.is_main_process
+        name_checkpoint(path, step, out, self.state, self._saved_steps, main, self.args)
 
     def _write_model_card(self, out: Path, **names: Any) -> Path:
         """``out``/README.md: grpokit's model card (base model, data, rewards, settings; ``names``: model_card's
@@ -72,12 +71,13 @@ class TrainerFiles:
         return out / "README.md"
 
     def save_model(self, output_dir: str | None = None) -> Path:
-        """Write the policy (the adapter with LoRA), its tokenizer and a model card to ``output_dir``
-        (default: the GRPOConfig's), as TRL's ``save_model``."""
+        """Write the policy (the adapter with LoRA), its tokenizer, the arguments (training_args.bin) and a
+        model card to ``output_dir`` (default: the GRPOConfig's), as TRL's ``save_model``."""
         out = Path(output_dir or self.cfg.train.out)
         out.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(out, safe_serialization=True)
         self.processing_class.save_pretrained(out)
+        save_args(self.args, out)
         self._write_model_card(out)
         return out
 

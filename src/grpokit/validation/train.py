@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from grpokit.config.health import LIVE_ONLY, HealthConfig
-from grpokit.config.optim import OptimConfig
+from grpokit.config.optim import LAMBDA_ADAM, OPTIMIZER_FIELDS, OptimConfig
 from grpokit.config.sections import Config, ConfigError, RewardConfig, judge_readers
-from grpokit.optim.optimizers import ADAM_FIELDS, OPTIMIZER_FIELDS, OPTIMIZERS, missing_package
+from grpokit.optim.optimizers import OPTIMIZERS, missing_package
 from grpokit.optim.schedule import SCHEDULE_FIELDS, SCHEDULES, WSD_SHAPES
 
 from .checks import check, one_of, unread
@@ -16,7 +16,7 @@ from .checks import check, one_of, unread
 def check_optim_train(cfg: Config) -> None:
     """optim.* and train.*."""
     r, t, o = cfg.rollout, cfg.train, cfg.optim
-    check_optim(o)
+    check_optim(o, lambda_adam=cfg.algo.aggregation == "lambda-grpo")
     check(t.steps >= 0, f"train.steps={t.steps} must be >= 0")
     check(0 <= t.seed < 2**32, f"train.seed={t.seed} must be an integer in [0, 2**32 - 1] (NumPy's seed range)")
     check(t.prompts_per_step >= 1, f"train.prompts_per_step={t.prompts_per_step} must be at least 1")
@@ -57,8 +57,9 @@ def check_optim_train(cfg: Config) -> None:
     )
 
 
-def check_optim(o: OptimConfig) -> None:
-    """optim.*: the optimizer, the schedule, their ranges, and no option set where nothing reads it."""
+def check_optim(o: OptimConfig, lambda_adam: bool = False) -> None:
+    """optim.*: the optimizer, the schedule, their ranges, and no option set where nothing reads it
+    (``lambda_adam``: lambda-GRPO's own Adam reads optim.adam_beta1 and adam_beta2 whatever the optimizer)."""
     check(o.lr > 0, f"optim.lr={o.lr} must be > 0")
     check(o.max_grad_norm >= 0, f"optim.max_grad_norm={o.max_grad_norm} must be >= 0 (0 = off)")
     one_of("optim.optimizer", o.optimizer, tuple(OPTIMIZERS))
@@ -98,7 +99,7 @@ def check_optim(o: OptimConfig) -> None:
         f"optim.nesterov=true needs optim.momentum > 0 and optim.dampening = 0 (got {o.momentum}, {o.dampening})",
     )
     _unread(o, "schedule", SCHEDULE_FIELDS)
-    _unread(o, "optimizer", OPTIMIZER_FIELDS, skip=ADAM_FIELDS)
+    _unread(o, "optimizer", OPTIMIZER_FIELDS, skip=LAMBDA_ADAM if lambda_adam else ())
     if not o.weight_decay:  # optim/decay.py's groups only say which parameters a decay reaches
         why, fix = "with optim.weight_decay=0 (nothing decays)", "set optim.weight_decay > 0"
         unread("optim", o, OptimConfig(), ("decay_norms_and_biases",), why, fix)

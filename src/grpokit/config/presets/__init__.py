@@ -25,7 +25,8 @@ always win, whatever order they are given in. Two rules make a preset fit the ru
   adds the objectives' rules, so DAPO's clip range is left out under algo.objective=sapo or vespo (and
   GSPO's clip_low under cispo, which reads only clip_high). A run with data.domains
   gets none of the data fields its domains own (smollm2-math's data.task and data.task_params): each
-  domain has its own, and the run's would be refused beside them.
+  domain has its own, and the run's would be refused beside them. A run on an optimizer that does not read
+  the Adam settings (sgd, adafactor ...) gets none of them (trl-default's optim.adam_beta2).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any, Sequence
 from grpokit.config.algo import UNREAD_UNLESS, Unread
 from grpokit.config.data_sources import unread_fields
 from grpokit.config.io import assigned, set_field, strict_yaml
+from grpokit.config.optim import unread_optimizer_fields
 from grpokit.config.sections import Config, ConfigError, beside_domains, judge_readers
 
 HERE = Path(__file__).parent
@@ -130,7 +132,8 @@ def unread(fields: dict[str, Any], cfg: Config, rules: Sequence[Unread] = UNREAD
     data.domains gets no data.task, data.task_params ... (smollm2-math's): its domains have their own
     (config/sections.py BESIDE_DOMAINS "own"); a run on data.dataset gets none of a task's (nor the data.task its
     rows replace), a run on a task no data.split (config/data_sources.py), a run without held-out rows no
-    train.eval_every, and a run where nothing judges completions (sections.judge_readers) no reward.judge."""
+    train.eval_every, a run where nothing judges completions (sections.judge_readers) no reward.judge, and a run on
+    sgd, adafactor ... no optim.adam_beta2 (config/optim.py OPTIMIZER_FIELDS)."""
     trial = copy.deepcopy(cfg)
     for key, value in fields.items():
         set_field(trial, key, value)
@@ -144,6 +147,8 @@ def unread(fields: dict[str, Any], cfg: Config, rules: Sequence[Unread] = UNREAD
         off.add("reward.judge")
     if (trial.data.dataset and not trial.data.eval_dataset) or trial.data.eval_size == 0:
         off.add("train.eval_every")  # no held-out rows to evaluate (train/run_data.py refuse_idle_evaluation)
+    lambda_grpo = trial.algo.aggregation == "lambda-grpo"  # its own Adam reads the betas (config/optim.py)
+    off |= {f"optim.{name}" for name in unread_optimizer_fields(trial.optim.optimizer, lambda_grpo)}
     return [key for key in fields if key in off]
 
 

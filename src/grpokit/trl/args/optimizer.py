@@ -15,6 +15,7 @@ import math
 from typing import Any, Callable
 
 from grpokit.config.base import ConfigError
+from grpokit.config.optim import OPTIMIZER_FIELDS
 from grpokit.optim.optimizers import PACKAGES, missing_package
 
 from .batch import trl_max_steps
@@ -259,19 +260,28 @@ LEARNING_RATE = Rule(
         "optim.max_grad_norm",
         "optim.decay_norms_and_biases",
     ),
-    "copied; max_grad_norm <= 0: no clipping (0), as transformers; weight_decay reaches the parameters "
+    "copied; the Adam settings only where the optimizer reads them (transformers passes them to the Adam family "
+    "alone); max_grad_norm <= 0: no clipping (0), as transformers; weight_decay reaches the parameters "
     "transformers' Trainer decays, not biases and norm weights (decay_norms_and_biases false, with a decay)",
     lambda a, ctx: {
         "optim.lr": a.learning_rate,
         "optim.weight_decay": a.weight_decay,
-        "optim.adam_beta1": a.adam_beta1,
-        "optim.adam_beta2": a.adam_beta2,
-        "optim.adam_eps": a.adam_epsilon,
+        **adam_fields(a),
         "optim.max_grad_norm": max(a.max_grad_norm, 0.0),
         # transformers' two parameter groups (optim/decay.py), which only say where a weight decay reaches
         **({"optim.decay_norms_and_biases": False} if a.weight_decay else {}),
     },
 )
+
+
+def adam_fields(a: TrlArgs) -> dict[str, float]:
+    """adam_beta1, adam_beta2, adam_epsilon as the optim fields the optimizer of ``optim`` reads (transformers
+    gives them to the Adam family only, so with sgd, adafactor ... they change nothing there, nor here: grpokit's
+    own check refuses an optim.adam_* set where nothing reads it)."""
+    given = {"optim.adam_beta1": a.adam_beta1, "optim.adam_beta2": a.adam_beta2, "optim.adam_eps": a.adam_epsilon}
+    reads = OPTIMIZER_FIELDS.get(OPTIM_ARGS.get(a.optim, ("adamw", {}))[0], ())
+    return {k: v for k, v in given.items() if k.removeprefix("optim.") in reads}
+
 
 SCHEDULE = Rule(
     ("lr_scheduler_type", "warmup_steps", "lr_scheduler_kwargs"),
