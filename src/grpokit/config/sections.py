@@ -148,8 +148,10 @@ class DataConfig:
     (no template, chat_template=never, a plain-text prompt with conversational) or when a row carries a system
     message of its own (a conversation has one), where it would be dropped."""
     chat_template: str = "auto"
-    """"auto" (apply the tokenizer's chat template when it has one), "always", "never", or "conversational" (only to
-    prompts that are lists of chat messages; plain-text prompts are used as written, as TRL does)."""
+    """"auto" (apply the tokenizer's chat template when it has one; chat-message prompts without one are refused),
+    "always", "never" (prompts as written; a list of chat messages becomes its contents joined one a line, roles
+    dropped), or "conversational" (only to prompts that are lists of chat messages; plain-text prompts are used as
+    written, as TRL does)."""
     chat_template_kwargs: dict = field(default_factory=dict)
     """Extra keyword arguments of the tokenizer's apply_chat_template, e.g. {enable_thinking: false} (TRL's
     chat_template_kwargs); refused when no prompt goes through the template."""

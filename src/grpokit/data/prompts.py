@@ -224,9 +224,15 @@ def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = 
             "the prompts are chat messages but the tokenizer has no chat template; give a tokenizer with one "
             "(processing_class) or plain-text prompts"
         )
+    if cfg.chat_template == "auto" and isinstance(prompt, list) and not has_template:  # roles would be dropped
+        raise ConfigError(
+            "the prompts are chat messages but the tokenizer has no chat template (data.chat_template=auto); give a "
+            "model or tokenizer with a chat template, plain-text prompts, or set data.chat_template=never to join "
+            "each conversation's contents into one text, one message a line, roles dropped"
+        )
     if not isinstance(prompt, (str, list)):  # never str() of an arbitrary value (None would train as "None")
         raise ConfigError(f"a prompt is {PROMPT_FORMS}, not a {type(prompt).__name__} ({prompt!r:.60})")
-    if not use:
+    if not use:  # data.chat_template=never: a conversation's contents joined, as its docstring says
         if isinstance(prompt, list):
             return "\n".join(str(m.get("content", "")) for m in prompt)
         return prompt
