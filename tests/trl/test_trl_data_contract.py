@@ -146,3 +146,20 @@ def test_a_streamed_train_datasets_epoch_is_max_steps(backend, chat_model, tmp_p
     # (before: steps per epoch from the rows read, 8 steps, so 0.125 ... 0.625)
     assert [h["epoch"] for h in trainer.state.log_history] == [0.2, 0.4, 0.6, 0.8, 1.0, 1.0]
     assert trainer.state.num_train_epochs == sys.maxsize  # the epochs transformers' loop would run (before: 3.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_completion_column_does_not_reach_reward_functions(backend, chat_model, tmp_path):
+    mod = importlib.import_module(backend)
+    seen = {}
+
+    def record(prompts, completions, **kwargs):
+        seen.update(kwargs)
+        return [0.0 for _ in completions]
+
+    rows = [{"prompt": f"q{i} ", "completion": f"gold {i}", "sol": i} for i in range(2)]
+    args = small(mod, tmp_path, max_steps=1, per_device_train_batch_size=2)
+    mod.GRPOTrainer(chat_model, reward_funcs=record, args=args, train_dataset=Dataset.from_list(rows)).train()
+    # TRL's _calculate_rewards passes every column but prompt, completion and completion_ids (before: grpokit.trl
+    # passed completion=["gold 0", "gold 0"] too); sol reaches it, each row's value for both of its 2 completions
+    assert "completion" not in seen and sorted(seen["sol"]) in ([0, 0], [1, 1])

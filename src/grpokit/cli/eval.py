@@ -39,7 +39,7 @@ import torch
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import load_rows
 from grpokit.record.passk import summarize
-from grpokit.rewards.inputs import reward_inputs, reward_prompts
+from grpokit.rewards.inputs import reward_columns, reward_inputs, reward_prompts
 from grpokit.rewards.math import completion_text, prompt_text
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec
@@ -48,7 +48,6 @@ from grpokit.rollout.sampling import sampling_params
 from grpokit.train import run_checkpoints
 from grpokit.train.models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
 from grpokit.train.resume import CONFIG_FILE, RUN_FILES
-from grpokit.types import repeat_columns
 
 from .eval_settings import Target, check_flags, eval_config, grader, run_of
 from .eval_votes import Votes, vote_keys, votes_of
@@ -209,7 +208,7 @@ def _sample_and_grade(prompts, episodes, sample, tokenizer, grading, params, n: 
             ro = episodes.run(sample, chunk, n, params)
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
             completions, env_columns = reward_inputs(ro, texts, [p for p in chunk for _ in range(n)], rcfg.convention)
-            columns = {**repeat_columns(chunk, n), **env_columns}
+            columns = {**reward_columns(chunk, n, rcfg.convention), **env_columns}
             graded_prompts = reward_prompts(chunk, n, rcfg.convention, ro.episodes)
             res = runner.score(graded_prompts, completions, ro.completion_ids, n, columns)
             first = res.rewards_NF[:, 0]

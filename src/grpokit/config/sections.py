@@ -228,7 +228,7 @@ class RewardConfig:
     convention: str = "grpokit"
     """What reward functions receive as prompts and completions: "grpokit" (the prompt text as the model saw it,
     completions as text) or "trl" (TRL's GRPOTrainer: prompts as the dataset holds them, and for chat-message prompts
-    each completion as [{"role": "assistant", "content": ...}])."""
+    each completion as [{"role": "assistant", "content": ...}]; a dataset column named completion is not passed)."""
 
 
 @section

@@ -2,12 +2,18 @@
 completions (texts, chat messages or whole conversations) under grpokit's or TRL's convention.
 
 Shared by the training loop and the evaluator, so both score a completion the same way; a leaf of
-the rewards stage (it reads a Rollout's fields, imports nothing of grpokit).
+the rewards stage (it reads a Rollout's fields, imports only grpokit's records).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from grpokit.types import repeat_columns
+
+# TRL's _calculate_rewards passes every dataset column but prompt, completion and completion_ids (grpokit already
+# passes prompts as the prompt, and refuses a completion_ids column where the data loads: data/prompts.py).
+TRL_UNPASSED_COLUMNS = ("completion",)
 
 
 def reward_prompts(prompts, group_size: int, convention: str = "grpokit", episodes=None) -> list:
@@ -59,3 +65,13 @@ def unanswered(episodes) -> int:
     """How many of ``episodes`` (Episode records) end without the model's answer (``model_answer`` None);
     episodes without messages (a ``rollout_func``'s token masks) are the model's text, so answered."""
     return sum(bool(e.messages) and model_answer(e.messages) is None for e in episodes or [])
+
+
+def reward_columns(prompts, group_size: int = 1, convention: str = "grpokit") -> dict[str, list]:
+    """The dataset's extra columns reward functions receive as keyword arguments, one entry per completion
+    (``types.repeat_columns``): every one under grpokit's convention; under TRL's, all but a ``completion``
+    column, which TRL's GRPOTrainer keeps from them."""
+    columns = repeat_columns(prompts, group_size)
+    if convention == "trl":
+        return {k: v for k, v in columns.items() if k not in TRL_UNPASSED_COLUMNS}
+    return columns

@@ -31,10 +31,10 @@ from typing import Callable
 import torch
 
 from grpokit.config.rollout import RolloutConfig
-from grpokit.rewards.inputs import model_answer, reward_inputs, reward_prompts
+from grpokit.rewards.inputs import model_answer, reward_columns, reward_inputs, reward_prompts
 from grpokit.rollout.hf import generate
 from grpokit.rollout.sampling import SamplingParams, sampling_params
-from grpokit.types import Prompt, repeat_columns
+from grpokit.types import Prompt
 
 
 @torch.no_grad()
@@ -152,7 +152,7 @@ def _score_chunk(chunk: list[Prompt], sample, episodes, params, tokenizer, runne
         else sample([p.ids for p in chunk], 1, params, vision)
     )
     comp = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
-    columns = repeat_columns(chunk)
+    columns = reward_columns(chunk, 1, convention)
     scored_comp = reward_inputs(ro, comp, chunk, convention)[0] if ro.episodes is None else comp
     tool_use: list[float] = []
     turns: list[float] = []

@@ -7,10 +7,10 @@ from typing import Any
 
 import torch
 
-from grpokit.rewards.inputs import reward_inputs, reward_prompts
+from grpokit.rewards.inputs import reward_columns, reward_inputs, reward_prompts
 from grpokit.rollout.engine import RolloutEngine
 from grpokit.rollout.finish import end_ids
-from grpokit.types import Prompt, ScoredBatch, repeat_columns
+from grpokit.types import Prompt, ScoredBatch
 
 from . import engines
 from .rollout_func import call_rollout_func
@@ -47,7 +47,7 @@ class TrainerSampling:
         with self._timer("reward"):
             conv = self.cfg.reward.convention
             completions, env_columns = reward_inputs(ro, texts, [p for p in prompts for _ in range(group_size)], conv)
-            columns = {**repeat_columns(prompts, group_size), **env_columns, **extra}
+            columns = {**reward_columns(prompts, group_size, conv), **env_columns, **extra}
             scored = self.runner.score(
                 reward_prompts(prompts, group_size, conv, ro.episodes),
                 completions,
