@@ -33,6 +33,21 @@ def make_chat_model(path: Path, seed: int = 0) -> Path:
     return save_tiny_model(path, _chat_tokenizer(), seed=seed)
 
 
+def make_gpt2_chat_model(path: Path, n_positions: int = 64) -> Path:
+    """A tiny GPT-2 (positions: a learned table of ``n_positions`` rows) with ``make_chat_model``'s tokenizer."""
+    import transformers
+
+    from grpokit.data.tasks.chartok import save_char_tokenizer
+
+    tok = _chat_tokenizer()
+    config = transformers.GPT2Config(
+        vocab_size=len(tok), n_positions=n_positions, n_embd=32, n_layer=1, n_head=2, eos_token_id=1, pad_token_id=0
+    )
+    transformers.GPT2LMHeadModel(config).save_pretrained(path)
+    save_char_tokenizer(tok, path)
+    return Path(path)
+
+
 def make_qwen2_model(path: Path, seed: int = 0) -> Path:
     """A tiny Qwen2 (the architecture of TRL's docs' models) with the same character tokenizer and chat
     template."""

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from grpokit.config.sections import Config, ConfigError
+from grpokit.data.prompt_length import check_eval_prompts, completion_room
 from grpokit.data.prompts import load_rows
 from grpokit.record.passk import summarize
 from grpokit.rewards.inputs import reward_columns, reward_inputs, reward_prompts
@@ -123,6 +124,7 @@ def run_eval(args: argparse.Namespace) -> dict:
     # tools: episodes, else one turn
     episodes = episode_setup.episode_runner(cfg, tokenizer, None, None, run_data.task_of(cfg))
     prompts = build.prompt_maker(cfg, tokenizer, episodes.row_schemas)(rows)  # images: the model's processor
+    check_eval_prompts(cfg, model, prompts, completion_room(cfg, sampling.max_new_tokens, episodes.multi_turn, True))
     gen = torch.Generator(device=device).manual_seed(args.seed)
 
     def sample(ctx, G, p, images=None, **kw):

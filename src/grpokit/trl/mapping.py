@@ -89,6 +89,8 @@ FIXED = {
 TRL_NAMES = {
     "rollout.vllm_url": "vllm_server_base_url",
     "rollout.vllm_startup_timeout": "vllm_server_timeout",
+    "rollout.max_new_tokens": "max_completion_length",
+    "env.max_episode_tokens": "max_completion_length",
 }
 """grpokit fields that a sentence from inside the run (not from the mapping's own checks) may name, and the
 TRL argument a script sets each with (its rule in MAPPING): under grpokit.trl the sentence names the argument
