@@ -161,6 +161,12 @@ class DataConfig:
     repetition_penalty), as `grpokit eval` reads them from the run."""
     shuffle: bool = True
     """Shuffle the training prompts each epoch (seeded)."""
+    drop_last: bool = False
+    """Serve whole batches of train.prompts_per_step only, as TRL's RepeatSampler (grpokit.trl sets it): the prompts
+    after an epoch's last whole batch are left out of that epoch (the next epoch draws its order anew), and fewer rows
+    than one batch are refused. false: batches run on across an epoch's end, every prompt once an epoch (with fewer
+    rows than a batch, a batch repeats a prompt: warned once). Read by the plain order only (not with data.domains or
+    data.curriculum=frontier)."""
     domains: dict = field(default_factory=dict)
     """Several named domains in one run (docs/DOMAINS.md): {name: {task | dataset, share, reward_functions,
     reward_weights, reward_params, eval_size, ...}}; each brings its own rows, rewards and held-out set, mixed into
@@ -192,7 +198,7 @@ BESIDE_DOMAINS: dict[str, str] = {
     # a domain's key of the same name: a domain that leaves it out takes the run's value
     **dict.fromkeys(("split", "eval_split", "eval_size", "prompt_column", "answer_column"), "inherited"),
     # the run's one setting, for every domain's prompts alike (no domain key)
-    **dict.fromkeys(("system_prompt", "chat_template", "chat_template_kwargs", "shuffle"), "shared"),
+    **dict.fromkeys(("system_prompt", "chat_template", "chat_template_kwargs", "shuffle", "drop_last"), "shared"),
     **dict.fromkeys(
         ("curriculum", "curriculum_key", "curriculum_threshold", "curriculum_decay", "curriculum_floor"), "shared"
     ),
