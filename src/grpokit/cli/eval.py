@@ -209,7 +209,8 @@ def _sample_and_grade(prompts, episodes, sample, tokenizer, grading, params, n: 
             chunk = prompts[s : s + 32]
             ro = episodes.run(sample, chunk, n, params)
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
-            completions, env_columns = reward_inputs(ro, texts, [p for p in chunk for _ in range(n)], rcfg.convention)
+            rows = [p for p in chunk for _ in range(n)]
+            completions, env_columns = reward_inputs(ro, texts, rows, rcfg.convention, episodes.parse_message)
             columns = {**reward_columns(chunk, n, rcfg.convention), **env_columns}
             graded_prompts = reward_prompts(chunk, n, rcfg.convention, ro.episodes)
             res = runner.score(graded_prompts, completions, ro.completion_ids, n, columns)

@@ -29,16 +29,24 @@ def reward_prompts(prompts, group_size: int, convention: str = "grpokit", episod
     return [o.text if o is not None else p.text for p, o in zip(rows, seen)]
 
 
-def reward_inputs(ro, texts: list[str], prompts=None, convention: str = "grpokit") -> tuple[list, dict[str, list]]:
+def reward_inputs(
+    ro, texts: list[str], prompts=None, convention: str = "grpokit", parse=None
+) -> tuple[list, dict[str, list]]:
     """What reward functions receive for a rollout: plain texts for single-turn completions (under
     the TRL convention, ``[{"role": "assistant", "content": text}]`` when the prompt is a list of
-    chat messages, as TRL's GRPOTrainer passes them); for episodes the whole conversation after the
+    chat messages, as TRL's GRPOTrainer passes them, or the message ``parse(ids, prompt_ids)`` makes
+    of it: env/responses.py, a think block as reasoning_content); for episodes the whole conversation after the
     prompt (a list of messages) and, when there is an environment, ``environments`` (one instance
     per completion). ``prompts`` holds one ``Prompt`` per completion."""
     if ro.episodes is None or not any(e.messages for e in ro.episodes):  # plain, or a rollout_func's token masks
         if convention == "trl" and prompts is not None:
             return [
-                [{"role": "assistant", "content": t}] if isinstance(p.raw, list) else t for p, t in zip(prompts, texts)
+                (
+                    [parse(ro.completion_ids[i], ro.prompt_of(i)) if parse else {"role": "assistant", "content": t}]
+                    if isinstance(p.raw, list)
+                    else t
+                )
+                for i, (p, t) in enumerate(zip(prompts, texts))
             ], {}
         return texts, {}
     extra = {}

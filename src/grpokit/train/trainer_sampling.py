@@ -46,7 +46,8 @@ class TrainerSampling:
         texts = [self._decode(c) for c in ro.completion_ids]
         with self._timer("reward"):
             conv = self.cfg.reward.convention
-            completions, env_columns = reward_inputs(ro, texts, [p for p in prompts for _ in range(group_size)], conv)
+            rows = [p for p in prompts for _ in range(group_size)]
+            completions, env_columns = reward_inputs(ro, texts, rows, conv, self.episodes.parse_message)
             columns = {**reward_columns(prompts, group_size, conv), **env_columns, **extra}
             scored = self.runner.score(
                 reward_prompts(prompts, group_size, conv, ro.episodes),
