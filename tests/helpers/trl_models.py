@@ -219,8 +219,9 @@ def small_args(config_cls, out, **kw):
     return config_cls(**{"output_dir": str(out), **SMALL_RUN, **kw})
 
 
-def make_chain_model(path: Path, chain: list[str], template: str) -> Path:
-    """A tiny Qwen3 (``make_tool_chat_model``'s tokenizer, ``template`` its chat template) that writes ``chain``
+def make_chain_model(path: Path, chain: list[str], template: str, extra_tokens: tuple[str, ...] = ()) -> Path:
+    """A tiny Qwen3 (``make_tool_chat_model``'s tokenizer plus ``extra_tokens``, e.g. a whole tool call as one
+    token; ``template`` its chat template) that writes ``chain``
     whatever the prompt: its next token depends on the current token only (attention and MLP outputs zeroed,
     one-hot embeddings, a bigram head), ``chain[i]`` -> ``chain[i + 1]`` and any other token -> ``chain[0]``, each
     by a logit margin of 60, so sampling at temperature 1 draws the chain on any sampler."""
@@ -231,7 +232,7 @@ def make_chain_model(path: Path, chain: list[str], template: str) -> Path:
 
     from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
 
-    tok = build_char_tokenizer(string.printable, QWEN_TOKENS, padding_side="left", model_max_length=None)
+    tok = build_char_tokenizer(string.printable, QWEN_TOKENS + extra_tokens, padding_side="left", model_max_length=None)
     tok.chat_template, tok.eos_token = template, "<|im_end|>"
     V = len(tok)
     d = -(-V // 8) * 8
