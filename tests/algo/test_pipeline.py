@@ -1,6 +1,7 @@
 """algo/pipeline.update_inputs on hand-built tensors: each stage's effect on the update's inputs,
 expected values worked out in the comments."""
 
+import dataclasses
 import math
 
 import pytest
@@ -64,6 +65,23 @@ def test_overlong_and_entropy_masks_compose():
     assert inp.loss_mask.tolist() == [[0.0, 0.0], [1.0, 1.0]]
     assert inp.policy_mask.tolist() == [[0.0, 0.0], [0.0, 1.0]]
     assert run(AlgoConfig(mask_truncated=True), sb, batch, LogProbs(old, None, ent)).policy_mask is None
+
+
+def test_trls_truncation_rule_reads_the_last_token():
+    # end ids {0, 2}. Row 0 stopped at the turn limit on a turn that ended with EOS (last id 2): "turns"; row 1
+    # ended on its environment's reply (last id 7): "done"; row 2 was cut at the cap (last id 5): "length"; row 3
+    # answered: "eos". By finish reason rows 0 and 2 leave the loss; by TRL's last-token rule rows 1 and 2 do.
+    sb, batch = scored([1.0, 0.0, 1.0, 0.0], 2, [2, 2, 2, 2], finish=["turns", "done", "length", "eos"])
+    sb = dataclasses.replace(
+        sb, rollout=dataclasses.replace(sb.rollout, completion_ids=[[5, 2], [5, 7], [5, 5], [5, 2]])
+    )
+    ends = frozenset({0, 2})
+    by_finish = run(AlgoConfig(mask_truncated=True), sb, batch, end_ids=ends)
+    assert by_finish.loss_mask.sum(dim=1).tolist() == [0.0, 2.0, 0.0, 2.0]
+    last_token = AlgoConfig(mask_truncated=True, truncated_by="last_token")
+    assert run(last_token, sb, batch, end_ids=ends).loss_mask.sum(dim=1).tolist() == [2.0, 0.0, 0.0, 2.0]
+    with pytest.raises(ValueError, match="needs the run's end ids"):
+        run(last_token, sb, batch)
 
 
 def test_turn_ids_and_lambda_weights_ride_along():

@@ -291,3 +291,20 @@ def test_eval_votes_on_the_graders_answer_end_to_end(monkeypatch, tmp_path, caps
     # maj@1: sample 1 (3, wrong) -> 0.0; maj@4: 1/2 (3 votes) beats 3 (1 vote) -> 1.0; mean@4 = 3/4
     assert (res["maj@1"], res["maj@4"], res["mean@4"]) == (0.0, 1.0, 0.75)
     assert res["maj_votes_on"].startswith("math_accuracy's final answer, equal values pooled")
+
+
+def test_eval_refuses_a_prompt_without_room_for_its_completion(tmp_path):
+    """A GPT-2 of 64 learned positions: before, an internal fault (IndexError) in the first generation."""
+    from helpers.trl_models import make_gpt2_chat_model
+
+    model = make_gpt2_chat_model(tmp_path / "gpt2", n_positions=64)
+    (tmp_path / "d.jsonl").write_text(json.dumps({"prompt": "a" * 60, "answer": "1"}) + "\n")  # 60 tokens
+    argv = ["--model", str(model), "--task", "", "--dataset", str(tmp_path / "d.jsonl"), "--reward", "math_accuracy"]
+    argv += ["--k", "1", "--samples", "1", "--max-new-tokens", "16", "data.chat_template=never"]
+    with pytest.raises(eval_cli.ConfigError) as e:
+        eval_cli.run_eval(eval_cli.parse_args(argv))
+    assert str(e.value) == (  # 60 + 16 = 76 > 64; eval cuts no prompt, so no truncation is offered
+        "the longest evaluation prompt (row 0, 60 tokens) and --max-new-tokens 16 make 76 tokens, more than the "
+        "model's context of 64, whose positions are a learned table with no row past it; shorten the prompts or "
+        "lower --max-new-tokens"
+    )

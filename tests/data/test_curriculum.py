@@ -5,7 +5,7 @@ import pytest
 
 from grpokit.data.curriculum import FrontierSampler, frontier_weight
 from grpokit.data.domain_sampler import DomainSampler
-from grpokit.data.prompts import PromptSampler
+from grpokit.data.prompt_sampler import PromptSampler
 from grpokit.types import Prompt
 
 

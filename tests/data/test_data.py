@@ -55,6 +55,24 @@ def test_chat_template_applied_when_the_tokenizer_has_one():
     assert prompts[0].text == "<u>cd<a>" and prompts[0].columns == {"answer": "x"}
 
 
+def test_chat_messages_without_a_template_are_refused_under_auto_and_joined_only_under_never():
+    # before: auto joined the contents silently ("you are terse\nsay ab"), the roles and the system turn lost
+    from helpers.models import char_tokenizer
+
+    tok = char_tokenizer()  # no chat template
+    conversation = [{"role": "system", "content": "be terse"}, {"role": "user", "content": "say ab"}]
+    with pytest.raises(ConfigError) as e:
+        to_prompts([{"prompt": conversation}], tok, DataConfig())
+    assert str(e.value) == (
+        "the prompts are chat messages but the tokenizer has no chat template (data.chat_template=auto); give a "
+        "model or tokenizer with a chat template, plain-text prompts, or set data.chat_template=never to join each "
+        "conversation's contents into one text, one message a line, roles dropped"
+    )
+    assert to_prompts([{"prompt": "say ab"}], tok, DataConfig())[0].text == "say ab"  # plain text: as written
+    # asked for: "be terse" + "\n" + "say ab"
+    assert render_prompt(conversation, tok, DataConfig(chat_template="never")) == "be terse\nsay ab"
+
+
 def test_sampler_is_seeded_and_resumable():
     prompts = [Prompt(text=str(i), ids=[i]) for i in range(5)]
     a = PromptSampler(prompts, seed=3)

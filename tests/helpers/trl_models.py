@@ -33,6 +33,21 @@ def make_chat_model(path: Path, seed: int = 0) -> Path:
     return save_tiny_model(path, _chat_tokenizer(), seed=seed)
 
 
+def make_gpt2_chat_model(path: Path, n_positions: int = 64) -> Path:
+    """A tiny GPT-2 (positions: a learned table of ``n_positions`` rows) with ``make_chat_model``'s tokenizer."""
+    import transformers
+
+    from grpokit.data.tasks.chartok import save_char_tokenizer
+
+    tok = _chat_tokenizer()
+    config = transformers.GPT2Config(
+        vocab_size=len(tok), n_positions=n_positions, n_embd=32, n_layer=1, n_head=2, eos_token_id=1, pad_token_id=0
+    )
+    transformers.GPT2LMHeadModel(config).save_pretrained(path)
+    save_char_tokenizer(tok, path)
+    return Path(path)
+
+
 def make_qwen2_model(path: Path, seed: int = 0) -> Path:
     """A tiny Qwen2 (the architecture of TRL's docs' models) with the same character tokenizer and chat
     template."""
@@ -202,3 +217,43 @@ def small_args(config_cls, out, **kw):
     of 4 completions of at most 4 tokens a step, no gradient checkpointing, no progress bar; ``kw`` adds
     or overrides arguments."""
     return config_cls(**{"output_dir": str(out), **SMALL_RUN, **kw})
+
+
+def make_chain_model(path: Path, chain: list[str], template: str, extra_tokens: tuple[str, ...] = ()) -> Path:
+    """A tiny Qwen3 (``make_tool_chat_model``'s tokenizer plus ``extra_tokens``, e.g. a whole tool call as one
+    token; ``template`` its chat template) that writes ``chain``
+    whatever the prompt: its next token depends on the current token only (attention and MLP outputs zeroed,
+    one-hot embeddings, a bigram head), ``chain[i]`` -> ``chain[i + 1]`` and any other token -> ``chain[0]``, each
+    by a logit margin of 60, so sampling at temperature 1 draws the chain on any sampler."""
+    import string
+
+    import torch
+    import transformers
+
+    from grpokit.data.tasks.chartok import build_char_tokenizer, save_char_tokenizer
+
+    tok = build_char_tokenizer(string.printable, QWEN_TOKENS + extra_tokens, padding_side="left", model_max_length=None)
+    tok.chat_template, tok.eos_token = template, "<|im_end|>"
+    V = len(tok)
+    d = -(-V // 8) * 8
+    config = transformers.Qwen3Config(
+        vocab_size=V, hidden_size=d, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=d // 2, max_position_embeddings=4096, tie_word_embeddings=False,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    model = transformers.Qwen3ForCausalLM(config)
+    ids = [tok.convert_tokens_to_ids(t) for t in chain]
+    head = torch.zeros(V, d)
+    head[ids[0], :] = 60.0  # from any token: the chain's first
+    for a, b in zip(ids, ids[1:]):
+        head[:, a] = 0.0
+        head[b, a] = 60.0
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "o_proj" in name or "down_proj" in name:
+                p.zero_()
+        model.model.embed_tokens.weight.copy_(torch.eye(V, d))
+        model.lm_head.weight.copy_(head / d**0.5)  # the final RMSNorm scales a one-hot row by sqrt(d)
+    model.save_pretrained(path)
+    save_char_tokenizer(tok, path)
+    return Path(path)

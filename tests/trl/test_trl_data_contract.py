@@ -146,3 +146,38 @@ def test_a_streamed_train_datasets_epoch_is_max_steps(backend, chat_model, tmp_p
     # (before: steps per epoch from the rows read, 8 steps, so 0.125 ... 0.625)
     assert [h["epoch"] for h in trainer.state.log_history] == [0.2, 0.4, 0.6, 0.8, 1.0, 1.0]
     assert trainer.state.num_train_epochs == sys.maxsize  # the epochs transformers' loop would run (before: 3.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_completion_column_does_not_reach_reward_functions(backend, chat_model, tmp_path):
+    mod = importlib.import_module(backend)
+    seen = {}
+
+    def record(prompts, completions, **kwargs):
+        seen.update(kwargs)
+        return [0.0 for _ in completions]
+
+    rows = [{"prompt": f"q{i} ", "completion": f"gold {i}", "sol": i} for i in range(2)]
+    args = small(mod, tmp_path, max_steps=1, per_device_train_batch_size=2)
+    mod.GRPOTrainer(chat_model, reward_funcs=record, args=args, train_dataset=Dataset.from_list(rows)).train()
+    # TRL's _calculate_rewards passes every column but prompt, completion and completion_ids (before: grpokit.trl
+    # passed completion=["gold 0", "gold 0"] too); sol reaches it, each row's value for both of its 2 completions
+    assert "completion" not in seen and sorted(seen["sol"]) in ([0, 0], [1, 1])
+
+
+def test_a_prompt_without_room_for_its_completion_is_refused_before_any_step(tmp_path):
+    """A GPT-2 of 64 learned positions, a 60-token prompt, max_completion_length=16: TRL 1.16 raises IndexError
+    inside its first generation; grpokit.trl raised the same (before), and now refuses in TRL's terms."""
+    import grpokit.trl as gk
+    from helpers.trl_models import make_gpt2_chat_model
+
+    model = str(make_gpt2_chat_model(tmp_path / "gpt2", n_positions=64))
+    rows = Dataset.from_list([{"prompt": "say " + "ab" * 27 + w} for w in ("ab", "cd")])  # 4 + 54 + 2 = 60 tokens
+    args = small(gk, tmp_path / "out", max_steps=1, max_completion_length=16)
+    with pytest.raises(ConfigError) as e:
+        gk.GRPOTrainer(model, reward_funcs=length, args=args, train_dataset=rows).train()
+    assert str(e.value).startswith(  # 60 + 16 = 76 > 64
+        "the longest training prompt (row 0, 60 tokens) and max_completion_length=16 make 76 tokens, more than the "
+        "model's context of 64, whose positions are a learned table with no row past it; shorten the prompts or "
+        "lower max_completion_length"
+    )

@@ -212,3 +212,51 @@ def test_steps_per_epoch_are_the_epochs_micro_batches_in_updates():
     for rows, streamed, micro, steps in ((7, False, 6, 2), (7, True, 12, 4), (0, False, 1, 1)):
         assert micro_steps_per_epoch(a, rows, 1, streamed) == micro
         assert steps_per_epoch(a, rows, 1, streamed) == steps == epoch_updates(micro, 3)
+
+
+def test_fewer_rows_than_one_generation_batch_are_one_sentence():
+    from grpokit.trl.args.batch import check_whole_batch
+
+    a = GRPOConfig("o", per_device_train_batch_size=8, num_generations=2)  # 8 completions / G 2 = 4 prompts a batch
+    check_whole_batch(a, 4, 1)  # one whole batch: trains
+    with pytest.raises(ConfigError) as e:
+        check_whole_batch(a, 3, 1)
+    assert str(e.value) == (
+        "train_dataset has 3 rows, fewer than the 4 prompts of one generation batch (per_device_train_batch_size * "
+        "steps_per_generation * processes / num_generations = 8 * 1 * 1 / 2), and TRL's RepeatSampler yields whole "
+        "generation batches only, so no step would train; give at least 4 rows, or lower per_device_train_batch_size "
+        "or steps_per_generation"
+    )
+    # the sampler serves whole generation batches, as TRL's: an epoch's rows after its last whole batch wait
+    assert to_config(a, num_rows=10).data.drop_last is True
+
+
+def _sols(prompts, completions, sol, **kwargs):
+    _sols.seen.append(list(sol))
+    return [0.0 for _ in completions]
+
+
+@pytest.mark.parametrize("backend", ["grpokit.trl", pytest.param("trl", marks=pytest.mark.slow)])
+def test_a_dataset_smaller_than_a_generation_batch(backend, chat_model, tmp_path):
+    """3 rows, 4 prompts a generation batch: TRL's RepeatSampler yields no batch, so max_steps=2 trains 0 steps
+    (and num_train_epochs raises "args.max_steps must be set to a positive value"); grpokit.trl trained 2 steps
+    of batches holding a prompt twice ([ab, ab, cd, cd, ef, ef, ab, ab]) and now refuses when train() starts."""
+    import importlib
+
+    from datasets import Dataset
+
+    from helpers.trl_models import small_args
+
+    mod, _sols.seen = importlib.import_module(backend), []
+    rows = Dataset.from_list([{"prompt": f"say {w}", "sol": w} for w in ("ab", "cd", "ef")])
+    args = small_args(
+        mod.GRPOConfig, tmp_path, max_steps=2, per_device_train_batch_size=8, num_generations=2, report_to="none"
+    )
+    trainer = mod.GRPOTrainer(chat_model, reward_funcs=_sols, args=args, train_dataset=rows)
+    if backend == "trl":
+        trainer.train()
+        assert trainer.state.global_step == 0 and _sols.seen == []
+        return
+    with pytest.raises(ConfigError, match=r"^train_dataset has 3 rows, fewer than the 4 prompts of one generation"):
+        trainer.train()
+    assert _sols.seen == []

@@ -57,6 +57,7 @@ class MaskContext:
     entropy_NT: torch.Tensor | None
     finish_reasons: list[str]
     dist: Collectives
+    ended: list[bool] | None = None  # each completion's last token an end id (TRL's rule; None: no end ids given)
 
 
 class OneProcess:

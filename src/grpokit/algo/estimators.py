@@ -298,8 +298,13 @@ def grpo_s_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
 
 @register_token_mask("overlong", StageSpec(active=lambda s: s.algo.mask_truncated))
 def overlong_mask(ctx) -> torch.Tensor:
-    """DAPO overlong filtering (``algo.mask_truncated``): truncated completions leave the loss."""
-    return truncated_sequences_mask(ctx.mask_NT, ctx.finish_reasons)
+    """DAPO overlong filtering (``algo.mask_truncated``): truncated completions leave the loss, by their finish
+    reasons or, with ``algo.truncated_by=last_token``, by their last token (TRL's rule)."""
+    if ctx.algo.truncated_by == "last_token" and ctx.ended is None:
+        raise ValueError("algo.truncated_by=last_token needs the run's end ids (StepSettings.end_ids)")
+    return truncated_sequences_mask(
+        ctx.mask_NT, ctx.finish_reasons, ctx.ended if ctx.algo.truncated_by == "last_token" else None
+    )
 
 
 def entropy_top_config_errors(c) -> list[str]:

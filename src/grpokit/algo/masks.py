@@ -12,13 +12,24 @@ from __future__ import annotations
 
 import torch
 
+TRUNCATION_RULES = ("finish", "last_token")  # algo.truncated_by
 
-def truncated_sequences_mask(mask_NT: torch.Tensor, finish_reasons: list[str]) -> torch.Tensor:
+
+def ended_rows(completion_ids: list, end_ids: frozenset[int]) -> list[bool] | None:
+    """Whether each completion's last token is one of ``end_ids`` (TRL's rule; an empty one did not end); None
+    without end ids."""
+    return [bool(len(c)) and int(c[-1]) in end_ids for c in completion_ids] if end_ids else None
+
+
+def truncated_sequences_mask(
+    mask_NT: torch.Tensor, finish_reasons: list[str], ended: list[bool] | None = None
+) -> torch.Tensor:
     """DAPO's overlong filtering: rows whose completion was cut by the length limit ("length") or
-    by the episode's turn limit ("turns") leave the loss, ``(N, T)``."""
-    keep_N = torch.tensor(
-        [f not in ("length", "turns") for f in finish_reasons], dtype=mask_NT.dtype, device=mask_NT.device
-    )
+    by the episode's turn limit ("turns") leave the loss, ``(N, T)``; given ``ended`` (TRL's rule,
+    algo.truncated_by=last_token: whether each row's last completion token is an end-of-sequence or
+    pad id), the rows that did not end so leave it instead, whatever their finish reason."""
+    kept = ended if ended is not None else [f not in ("length", "turns") for f in finish_reasons]
+    keep_N = torch.tensor(kept, dtype=mask_NT.dtype, device=mask_NT.device)
     return mask_NT * keep_N[:, None]  # DAPO: overlong filtering
 
 

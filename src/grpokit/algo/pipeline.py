@@ -43,6 +43,7 @@ from .advantages import entropy_scaled_advantages, kl_penalized_rewards, normali
 from .contexts import AdvantageContext, Collectives, MaskContext, OneProcess, part_weights
 from .estimators import turn_ids  # importing estimators registers the built-in stages
 from .lambda_grpo import LearnableLambda
+from .masks import ended_rows
 from .registry import (
     StageSpec,
     active_stages,
@@ -93,6 +94,7 @@ class StepSettings:
     tis: TISSettings = TISSettings()
     sampler_truncates: bool = False  # rollout top-k / top-p / min-p: the sampler's logprobs are renormalised
     # over a truncated support, so pi_old is taken before the update with its mass on that support (LogProbs)
+    end_ids: frozenset[int] = frozenset()  # the ids that end a completion (EOS and pad): algo.truncated_by=last_token
 
 
 @dataclass(frozen=True)
@@ -260,7 +262,8 @@ def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: 
         advantages, m = lookup("advantage stage", name)(stage_ctx, advantages)
         post_metrics.update(m)
     policy_weight = policy_weights(stage_ctx, post_metrics)
-    loss_mask, policy_mask = token_masks(s, mask, lp.entropy, scored.rollout.finish_reasons, dist)
+    ended = ended_rows(scored.rollout.completion_ids, s.end_ids)
+    loss_mask, policy_mask = token_masks(s, mask, lp.entropy, scored.rollout.finish_reasons, dist, ended)
     loss, norms = loss_settings(a)
     sampler_log_w, m = objective_sampler_weight(stage_ctx) if _tis_in_objective(s) else (None, {})
     post_metrics.update(m)
@@ -287,7 +290,12 @@ def update_inputs(s: StepSettings, scored: ScoredBatch, tokens: TokenBatch, lp: 
 
 
 def token_masks(
-    s: StepSettings, mask: torch.Tensor, entropy: torch.Tensor | None, finish_reasons: list[str], dist: Collectives
+    s: StepSettings,
+    mask: torch.Tensor,
+    entropy: torch.Tensor | None,
+    finish_reasons: list[str],
+    dist: Collectives,
+    ended: list[bool] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(loss_mask, policy_mask)`` ``(N, T)`` from the completion mask and every active token mask, in
     order: a mask whose spec says ``policy_only`` (the entropy top-fraction) narrows the policy mask only
@@ -298,7 +306,7 @@ def token_masks(
     for name in mask_names(s):
         policy_only = stage_spec("token mask", name).policy_only
         so_far = loss_mask if policy_mask is None else policy_mask * loss_mask
-        narrowed = lookup("token mask", name)(MaskContext(s.algo, so_far, entropy, finish_reasons, dist))
+        narrowed = lookup("token mask", name)(MaskContext(s.algo, so_far, entropy, finish_reasons, dist, ended))
         if policy_only:
             policy_mask = narrowed
         else:

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from grpokit.config.sections import Config, ConfigError
+from grpokit.data.prompt_length import check_eval_prompts, completion_room
 from grpokit.data.prompts import load_rows
 from grpokit.record.passk import summarize
 from grpokit.rewards.inputs import reward_inputs, reward_prompts, row_prompts
@@ -129,6 +130,7 @@ def run_eval(args: argparse.Namespace) -> dict:
     # tools: episodes, else one turn
     episodes = episode_setup.episode_runner(cfg, tokenizer, None, None, run_data.task_of(cfg))
     prompts = build.prompt_maker(cfg, tokenizer, episodes.row_schemas)(rows)  # images: the model's processor
+    check_eval_prompts(cfg, model, prompts, completion_room(cfg, sampling.max_new_tokens, episodes.multi_turn, True))
     gen = torch.Generator(device=device).manual_seed(args.seed)
 
     def sample(ctx, G, p, images=None, **kw):  # the run's decode loop: rollout.engine, generate()'s generation_kwargs
@@ -217,7 +219,7 @@ def _sample_and_grade(prompts, episodes, sample, tokenizer, grading, params, n: 
             ro = episodes.run(sample, chunk, n, params)
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
             rows = [p for p in chunk for _ in range(n)]
-            completions, env_columns = reward_inputs(ro, texts, rows, rcfg.convention)
+            completions, env_columns = reward_inputs(ro, texts, rows, rcfg.convention, episodes.parse_message)
             columns = {**repeat_columns(chunk, n), **row_prompts(rows, rcfg.convention), **env_columns}
             graded_prompts = reward_prompts(chunk, n, rcfg.convention, ro.episodes)
             res = runner.score(graded_prompts, completions, ro.completion_ids, n, columns)

@@ -111,6 +111,12 @@ class AlgoConfig:
     mask_truncated: bool = False
     """DAPO overlong filtering: completions cut at max_new_tokens (and episodes cut by env.max_turns) are left out of
     the loss."""
+    truncated_by: str = "finish"
+    """With mask_truncated, which completions are truncated: "finish" (those cut at max_new_tokens or an episode's
+    token cap, and episodes stopped by env.max_turns: finish reasons "length" and "turns") or "last_token" (TRL's
+    mask_truncated_completions, which grpokit.trl sets: those whose last token is no end-of-sequence or pad id,
+    whatever ended them, so an episode stopped at the turn limit on a turn that ended with EOS stays, and one that
+    ends on its environment's reply does not)."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts to refill."""
     max_sampling_rounds: int = 4
@@ -220,6 +226,7 @@ UNREAD_UNLESS: tuple[Unread, ...] = (
         lambda a: a.entropy_adaptive,
     ),
     Unread(("ref_mixup_alpha",), "unless algo.ref_refresh_every > 0", lambda a: a.ref_refresh_every > 0),
+    Unread(("truncated_by",), "unless algo.mask_truncated=true", lambda a: a.mask_truncated),
     Unread(
         ("lambda_init", "lambda_lr", "lambda_r"),
         "unless algo.aggregation=lambda-grpo",

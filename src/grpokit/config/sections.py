@@ -148,8 +148,10 @@ class DataConfig:
     (no template, chat_template=never, a plain-text prompt with conversational) or when a row carries a system
     message of its own (a conversation has one), where it would be dropped."""
     chat_template: str = "auto"
-    """"auto" (apply the tokenizer's chat template when it has one), "always", "never", or "conversational" (only to
-    prompts that are lists of chat messages; plain-text prompts are used as written, as TRL does)."""
+    """"auto" (apply the tokenizer's chat template when it has one; chat-message prompts without one are refused),
+    "always", "never" (prompts as written; a list of chat messages becomes its contents joined one a line, roles
+    dropped), or "conversational" (only to prompts that are lists of chat messages; plain-text prompts are used as
+    written, as TRL does)."""
     chat_template_kwargs: dict = field(default_factory=dict)
     """Extra keyword arguments of the tokenizer's apply_chat_template, e.g. {enable_thinking: false} (TRL's
     chat_template_kwargs); refused when no prompt goes through the template."""
@@ -159,6 +161,12 @@ class DataConfig:
     repetition_penalty), as `grpokit eval` reads them from the run."""
     shuffle: bool = True
     """Shuffle the training prompts each epoch (seeded)."""
+    drop_last: bool = False
+    """Serve whole batches of train.prompts_per_step only, as TRL's RepeatSampler (grpokit.trl sets it): the prompts
+    after an epoch's last whole batch are left out of that epoch (the next epoch draws its order anew), and fewer rows
+    than one batch are refused. false: batches run on across an epoch's end, every prompt once an epoch (with fewer
+    rows than a batch, a batch repeats a prompt: warned once). Read by the plain order only (not with data.domains or
+    data.curriculum=frontier)."""
     domains: dict = field(default_factory=dict)
     """Several named domains in one run (docs/DOMAINS.md): {name: {task | dataset, share, reward_functions,
     reward_weights, reward_params, eval_size, ...}}; each brings its own rows, rewards and held-out set, mixed into
@@ -191,7 +199,7 @@ BESIDE_DOMAINS: dict[str, str] = {
     # a domain's key of the same name: a domain that leaves it out takes the run's value
     **dict.fromkeys(("split", "eval_split", "eval_size", "prompt_column", "answer_column"), "inherited"),
     # the run's one setting, for every domain's prompts alike (no domain key)
-    **dict.fromkeys(("system_prompt", "chat_template", "chat_template_kwargs", "shuffle"), "shared"),
+    **dict.fromkeys(("system_prompt", "chat_template", "chat_template_kwargs", "shuffle", "drop_last"), "shared"),
     **dict.fromkeys(
         ("curriculum", "curriculum_key", "curriculum_threshold", "curriculum_decay", "curriculum_floor"), "shared"
     ),
@@ -236,7 +244,7 @@ class RewardConfig:
     """What reward functions receive as prompts and completions: "grpokit" (the prompt text as the model saw it,
     completions as text) or "trl" (TRL's GRPOTrainer: prompts as the dataset holds them, and for chat-message prompts
     each completion as [{"role": "assistant", "content": ...}]; a returned NaN means None, not applicable, as TRL
-    reads it, where under "grpokit" it is the function's failure)."""
+    reads it, where under "grpokit" it is the function's failure; a dataset column named completion is not passed)."""
 
 
 def judge_readers(cfg: Config) -> list[str]:

@@ -1,10 +1,10 @@
 """Stage 1, prompts: rows from a dataset (``prompts.py``: local JSONL/Parquet/CSV or the hub, column
-mapping, chat template, the sampler) or from a built-in verifiable task (``tasks/``)."""
+mapping, chat template; ``prompt_sampler.py`` the seeded batches) or from a built-in verifiable task (``tasks/``)."""
 
 from grpokit.data.observations import with_observation
+from grpokit.data.prompt_sampler import PromptSampler
 from grpokit.data.prompts import (
     FILE_BUILDERS,
-    PromptSampler,
     load_rows,
     rename_columns,
     render_prompt,

@@ -12,12 +12,20 @@ is 0, the model's context (``max_position_embeddings``, or vLLM's ``rollout.vllm
   once how many prompts were cut. Reward functions still receive the whole prompt text.
 
 Image prompts are never cut (their image tokens would be torn): they can only be refused.
+
+A prompt within the context can still leave no room for its completion: the longest prompt and what
+may follow it (``rollout.max_new_tokens``; an episode of several turns: ``env.max_episode_tokens``
+when larger) are measured against the context too. A model whose positions are a learned table
+(GPT-2's ``wpe``, OPT's: no rotary or ALiBi setting in its config) has no position past it and would
+fail mid-run, so that is refused at start; a rotary or ALiBi model runs past it, untrained there,
+and the run says so once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from dataclasses import dataclass
 
 from grpokit.config.sections import Config, ConfigError
 from grpokit.types import Prompt
@@ -25,14 +33,62 @@ from grpokit.types import Prompt
 log = logging.getLogger("grpokit")
 
 
+# config attributes of computed positions (transformers' rotary and ALiBi models); without one, a model's
+# max_position_embeddings rows are a learned table (GPT2Config, OPTConfig, GPTNeoConfig, BioGptConfig ...)
+COMPUTED_POSITIONS = (
+    "rope_parameters",
+    "rope_theta",
+    "rope_scaling",
+    "rotary_dim",
+    "rotary_pct",
+    "rotary_emb_base",
+    "partial_rotary_factor",
+    "alibi",
+)
+
+
+@dataclass(frozen=True)
+class Room:
+    """The most tokens a sequence holds after its prompt, and the setting that says so."""
+
+    tokens: int
+    setting: str  # the field, e.g. "rollout.max_new_tokens"
+
+    def __str__(self) -> str:
+        return f"{self.setting} {self.tokens}" if self.setting.startswith("--") else f"{self.setting}={self.tokens}"
+
+
+def _text_config(model):
+    config = getattr(model, "config", None)
+    return getattr(config, "get_text_config", lambda: config)() if config is not None else None
+
+
 def model_context(model, cfg: Config) -> int:
     """The model's context in tokens (0 when it does not say)."""
     if cfg.rollout.backend == "vllm" and cfg.rollout.vllm_max_model_len:
         return cfg.rollout.vllm_max_model_len
-    config = getattr(model, "config", None)
-    config = getattr(config, "get_text_config", lambda: config)() if config is not None else None
-    n = getattr(config, "max_position_embeddings", 0)
+    n = getattr(_text_config(model), "max_position_embeddings", 0)
     return n if isinstance(n, int) and n > 0 else 0
+
+
+def learned_positions(model) -> bool:
+    """Whether the model looks its positions up in a table of ``max_position_embeddings`` rows (its config
+    names no rotary or ALiBi setting, and no position_embedding_type but "absolute"): a sequence longer
+    than the table fails (IndexError) instead of running past it."""
+    config = _text_config(model)
+    if config is None or getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return False
+    return not any(getattr(config, k, None) for k in COMPUTED_POSITIONS)
+
+
+def completion_room(cfg: Config, max_new_tokens: int, multi_turn: bool, eval_flag: bool = False) -> Room:
+    """What may follow a prompt: ``max_new_tokens`` (the largest a run's stages use; ``eval_flag``: grpokit
+    eval's --max-new-tokens), or for episodes of several turns with tools or an environment
+    ``env.max_episode_tokens`` when larger (their cap on the model's and the environment's tokens together)."""
+    e = cfg.env
+    if multi_turn and e.max_turns != 1 and e.max_episode_tokens > max_new_tokens:
+        return Room(e.max_episode_tokens, "env.max_episode_tokens")
+    return Room(max_new_tokens, "--max-new-tokens" if eval_flag else "rollout.max_new_tokens")
 
 
 def prompt_limit(cfg: Config, model) -> tuple[int, str]:
@@ -43,8 +99,16 @@ def prompt_limit(cfg: Config, model) -> tuple[int, str]:
     return n, f"the model's context of {n} tokens"
 
 
-def limit_prompts(prompts: list[Prompt], limit: int, why: str, truncate: bool, which: str) -> tuple[list[Prompt], int]:
-    """``prompts`` within ``limit`` tokens, and how many were cut; raises ConfigError (refusal)."""
+TRAIN_FIX = (
+    "shorten them, raise rollout.max_prompt_tokens within the model's context, or set rollout.truncate_prompts=true "
+    "to keep each one's last tokens"
+)
+
+
+def limit_prompts(
+    prompts: list[Prompt], limit: int, why: str, truncate: bool, which: str, fix: str = TRAIN_FIX
+) -> tuple[list[Prompt], int]:
+    """``prompts`` within ``limit`` tokens, and how many were cut; raises ConfigError (refusal, ending in ``fix``)."""
     long = [k for k, p in enumerate(prompts) if limit and len(p.ids) > limit]
     if not long:
         return prompts, 0
@@ -52,8 +116,7 @@ def limit_prompts(prompts: list[Prompt], limit: int, why: str, truncate: bool, w
     if not truncate or any(prompts[k].vision is not None for k in long):
         raise ConfigError(
             f"{len(long)} of {len(prompts)} {which} prompts are longer than {why} (the longest, row {worst}, "
-            f"has {len(prompts[worst].ids)} tokens); shorten them, raise rollout.max_prompt_tokens within "
-            "the model's context, or set rollout.truncate_prompts=true to keep each one's last tokens"
+            f"has {len(prompts[worst].ids)} tokens); {fix}"
             + (" (image prompts cannot be cut)" if prompts[worst].vision is not None else "")
         )
     out = list(prompts)
@@ -73,9 +136,50 @@ def limit_prompts(prompts: list[Prompt], limit: int, why: str, truncate: bool, w
     return out, len(long)
 
 
-def check_prompt_lengths(cfg: Config, model, prompts: list[Prompt], eval_prompts: list[Prompt]):
-    """The training and evaluation prompts within the run's limit: (prompts, eval_prompts, cut)."""
+def check_room(sets: dict[str, list[Prompt]], context: int, room: Room, learned: bool, cuts: bool = True) -> None:
+    """Refuse (``learned`` positions) or warn once when the longest prompt of ``sets`` ({"training": prompts,
+    ...}) and ``room`` pass the ``context`` (0: unknown, nothing checked); ``cuts``: the advice names
+    rollout.truncate_prompts (grpokit eval cuts no prompt)."""
+    rows = [(len(p.ids), k, which) for which, ps in sets.items() for k, p in enumerate(ps)]
+    if not context or not rows or max(rows)[0] + room.tokens <= context:
+        return
+    n, row, which = max(rows, key=lambda r: r[0])
+    said = (
+        f"the longest {which} prompt (row {row}, {n} tokens) and {room} make {n + room.tokens} tokens, more than "
+        f"the model's context of {context}"
+    )
+    fix = f"shorten the prompts or lower {room.setting}" + (
+        f", or cut them with rollout.truncate_prompts=true and rollout.max_prompt_tokens={context - room.tokens}"
+        if cuts and context > room.tokens
+        else ""
+    )
+    if learned:
+        raise ConfigError(f"{said}, whose positions are a learned table with no row past it; {fix}")
+    log.warning(
+        "grpokit: warning: %s; this model's positions run past it, but it was not trained there, so the "
+        "completions that long may degrade; %s",
+        said,
+        fix,
+    )
+
+
+def check_prompt_lengths(
+    cfg: Config, model, prompts: list[Prompt], eval_prompts: list[Prompt], room: Room | None = None
+):
+    """The training and evaluation prompts within the run's limit: (prompts, eval_prompts, cut); with
+    ``room`` (what may follow a prompt), each with its completion within the model's context too."""
     limit, why = prompt_limit(cfg, model)
     prompts, cut = limit_prompts(prompts, limit, why, cfg.rollout.truncate_prompts, "training")
     eval_prompts, cut_eval = limit_prompts(eval_prompts, limit, why, cfg.rollout.truncate_prompts, "evaluation")
+    if room is not None:
+        sets = {"training": prompts, "evaluation": eval_prompts}
+        check_room(sets, model_context(model, cfg), room, learned_positions(model))
     return prompts, eval_prompts, cut + cut_eval
+
+
+def check_eval_prompts(cfg: Config, model, prompts: list[Prompt], room: Room) -> None:
+    """``grpokit eval``'s prompts (it cuts none), each with what may follow it (``room``), within the model's
+    context: refused in one sentence, or warned about once, as a training run's."""
+    context = model_context(model, cfg)
+    limit_prompts(prompts, context, f"the model's context of {context} tokens", False, "evaluation", "shorten them")
+    check_room({"evaluation": prompts}, context, room, learned_positions(model), cuts=False)

@@ -1,4 +1,4 @@
-"""Stage 1: prompts. Load rows, map columns, apply the chat template, serve seeded batches.
+"""Stage 1: prompts. Load rows, map columns, apply the chat template (the seeded batches: prompt_sampler.py).
 
 Rows are plain dicts with at least ``prompt`` (text, or a list of chat messages) and, when the data
 has one, ``answer``; every other column travels along and reaches reward functions as a keyword
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -224,9 +223,15 @@ def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = 
             "the prompts are chat messages but the tokenizer has no chat template; give a tokenizer with one "
             "(processing_class) or plain-text prompts"
         )
+    if cfg.chat_template == "auto" and isinstance(prompt, list) and not has_template:  # roles would be dropped
+        raise ConfigError(
+            "the prompts are chat messages but the tokenizer has no chat template (data.chat_template=auto); give a "
+            "model or tokenizer with a chat template, plain-text prompts, or set data.chat_template=never to join "
+            "each conversation's contents into one text, one message a line, roles dropped"
+        )
     if not isinstance(prompt, (str, list)):  # never str() of an arbitrary value (None would train as "None")
         raise ConfigError(f"a prompt is {PROMPT_FORMS}, not a {type(prompt).__name__} ({prompt!r:.60})")
-    if not use:
+    if not use:  # data.chat_template=never: a conversation's contents joined, as its docstring says
         if isinstance(prompt, list):
             return "\n".join(str(m.get("content", "")) for m in prompt)
         return prompt
@@ -382,48 +387,3 @@ def check_same_data(saved: dict | None, now: dict[str, Any], checkpoint: str) ->
         f"experiment: restore the data and its data.* settings, or start a new run from its weights "
         f"(model.name_or_path={checkpoint}/model)"
     )
-
-
-class PromptSampler:
-    """Serves batches of prompts in a seeded order, epoch after epoch.
-
-    Its whole state is ``position`` (prompts served so far): the order of epoch e is a permutation
-    seeded by ``(seed, e)``, so a resumed run gets exactly the prompts an uninterrupted one would.
-    """
-
-    def __init__(self, prompts: list[Prompt], seed: int, shuffle: bool = True, position: int = 0):
-        if not prompts:
-            raise ConfigError("the training data has no prompts")
-        self.prompts, self.seed, self.shuffle, self.position = prompts, seed, shuffle, position
-        self._cached: tuple[int, list[int]] = (-1, [])
-
-    def _order(self, epoch: int) -> list[int]:
-        if self._cached[0] != epoch:
-            order = list(range(len(self.prompts)))
-            if self.shuffle:
-                random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
-            self._cached = (epoch, order)
-        return self._cached[1]
-
-    def next_batch(self, n: int) -> list[Prompt]:
-        out = []
-        for _ in range(n):
-            epoch, k = divmod(self.position, len(self.prompts))
-            out.append(self.prompts[self._order(epoch)[k]])
-            self.position += 1
-        return out
-
-    # What every sampler offers the loop (data/domain_sampler.py, data/curriculum.py keep more state):
-    def state_dict(self) -> dict:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.position = int(state["position"])
-
-    def observe(self, prompts: list[Prompt], rewards_N, group_size: int, judged_N=None) -> None:
-        """A scored batch of its prompts: each completion's reward as trained and its judged value (reward.judge;
-        None: the reward). A curriculum learns from it; the plain order does not."""
-
-    def metrics(self) -> dict[str, float]:
-        """The sampler's own metrics of the step (none for the plain order)."""
-        return {}

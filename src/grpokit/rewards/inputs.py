@@ -2,7 +2,7 @@
 completions (texts, chat messages or whole conversations) under grpokit's or TRL's convention.
 
 Shared by the training loop and the evaluator, so both score a completion the same way; a leaf of
-the rewards stage (it reads a Rollout's fields, imports nothing of grpokit).
+the rewards stage (it reads a Rollout's fields, imports only grpokit's records).
 """
 
 from __future__ import annotations
@@ -33,16 +33,24 @@ def row_prompts(prompts, convention: str = "grpokit") -> dict[str, list]:
     return {"prompt": [p.raw if p.raw is not None else p.text for p in prompts]}
 
 
-def reward_inputs(ro, texts: list[str], prompts=None, convention: str = "grpokit") -> tuple[list, dict[str, list]]:
+def reward_inputs(
+    ro, texts: list[str], prompts=None, convention: str = "grpokit", parse=None
+) -> tuple[list, dict[str, list]]:
     """What reward functions receive for a rollout: plain texts for single-turn completions (under
     the TRL convention, ``[{"role": "assistant", "content": text}]`` when the prompt is a list of
-    chat messages, as TRL's GRPOTrainer passes them); for episodes the whole conversation after the
+    chat messages, as TRL's GRPOTrainer passes them, or the message ``parse(ids, prompt_ids)`` makes
+    of it: env/responses.py, a think block as reasoning_content); for episodes the whole conversation after the
     prompt (a list of messages) and, when there is an environment, ``environments`` (one instance
     per completion). ``prompts`` holds one ``Prompt`` per completion."""
     if ro.episodes is None or not any(e.messages for e in ro.episodes):  # plain, or a rollout_func's token masks
         if convention == "trl" and prompts is not None:
             return [
-                [{"role": "assistant", "content": t}] if isinstance(p.raw, list) else t for p, t in zip(prompts, texts)
+                (
+                    [parse(ro.completion_ids[i], ro.prompt_of(i)) if parse else {"role": "assistant", "content": t}]
+                    if isinstance(p.raw, list)
+                    else t
+                )
+                for i, (p, t) in enumerate(zip(prompts, texts))
             ], {}
         return texts, {}
     extra = {}

@@ -130,6 +130,8 @@ class EpisodeRunner:
             dict(environment_factory) if self.named else {None: environment_factory} if environment_factory else {}
         )
         self.route_key = route_key
+        # (ids, prefix ids) -> the turn's message under the TRL convention (env/responses.py); None: its text
+        self.parse_message: Callable[[list[int], list[int]], dict[str, Any]] | None = None
         self.warned_cut = False  # one warning per run when tool results are cut at max_tool_output_chars
         check_tool_names(self.tools)
         self.env_tools: dict[str | None, list[Callable]] = {}  # name -> the tools its rows see
@@ -284,6 +286,7 @@ class EpisodeRunner:
         ):  # a later turn runs past the episode's cap: keep what fits, and the episode ends there (as TRL truncates)
             keep = max(0, cap - len(row.ids))
             ids, logps, reason = ids[:keep], logps[:keep], "length"
+        before = prompt + row.ids  # what the turn continues (TRL parses each turn after it)
         row.ids += ids
         row.logps += logps
         row.mask += [1] * len(ids)
@@ -292,7 +295,7 @@ class EpisodeRunner:
         calls = (
             parse_tool_calls(text, self.tool_names, self.spec.max_tool_nesting) if self.tool_names and not cut else []
         )
-        row.messages.append(assistant_message(text, calls))
+        row.messages.append(self.parse_message(ids, before) if self.parse_message else assistant_message(text, calls))
         if not calls:
             row.finish = reason  # an answer: "eos", "stop" or "length"
         return calls

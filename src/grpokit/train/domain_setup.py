@@ -10,6 +10,7 @@ is the plain PromptSampler (or the frontier curriculum's), and nothing here runs
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import replace
 from typing import Callable
 
@@ -18,11 +19,13 @@ from grpokit.config.sections import Config, ConfigError, judge_readers
 from grpokit.data.curriculum import FrontierSampler
 from grpokit.data.domain_sampler import DomainSampler
 from grpokit.data.domains import COLUMN, INHERITED, OWN, Domain, DomainReward, parse_domains
-from grpokit.data.prompts import PromptSampler
+from grpokit.data.prompt_sampler import PromptSampler
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec, reward_name
 
 from . import reward_setup, run_data
+
+log = logging.getLogger("grpokit")
 
 
 def domains_of(cfg: Config) -> list[Domain]:
@@ -290,7 +293,7 @@ def make_sampler(cfg: Config, prompts: list, group_size: int, world_size: int = 
 
     domains = domains_of(cfg)
     if not domains:
-        return pool(prompts, cfg.train.seed)
+        return plain_sampler(cfg, prompts) if d.curriculum == "off" else pool(prompts, cfg.train.seed)
     by_name = {dm.name: [p for p in prompts if p.columns.get(COLUMN) == dm.name] for dm in domains}
     for name, rows in by_name.items():
         if not rows:
@@ -298,3 +301,17 @@ def make_sampler(cfg: Config, prompts: list, group_size: int, world_size: int = 
     seeds = {dm.name: cfg.train.seed * 7919 + i for i, dm in enumerate(domains)}  # distinct orders per domain
     pools = {n: pool(rows, seeds[n]) for n, rows in by_name.items()}
     return DomainSampler(pools, {dm.name: dm.share for dm in domains})
+
+
+def plain_sampler(cfg: Config, prompts: list) -> PromptSampler:
+    """The run's plain order: whole batches of train.prompts_per_step with data.drop_last (fewer rows refused);
+    without it, fewer rows than a batch make every step repeat a prompt, which the run says once."""
+    d, batch = cfg.data, cfg.train.prompts_per_step
+    if not d.drop_last and len(prompts) < batch:
+        log.warning(
+            "grpokit: warning: the training data has %d prompts, fewer than train.prompts_per_step=%d, so every "
+            "step samples some prompt twice (as two groups); give more rows or lower train.prompts_per_step",
+            len(prompts),
+            batch,
+        )
+    return PromptSampler(prompts, cfg.train.seed, d.shuffle, batch=batch if d.drop_last else 0)

@@ -18,6 +18,7 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
     from grpokit.data.observations import with_observation
     from grpokit.data.prompts import render_prompt
     from grpokit.env import resolve_environment, resolve_tools
+    from grpokit.env.responses import completion_parser
     from grpokit.rollout.episodes import EpisodeRunner, EpisodeSpec
 
     e = cfg.env
@@ -45,6 +46,8 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
         max_failure_fraction=e.max_failure_fraction,
     )
     runner = EpisodeRunner(spec, tokenizer, tools=fns, environment_factory=factory, template_kwargs=template_kwargs)
+    if cfg.reward.convention == "trl":  # completions and turns become the messages TRL parses them into
+        runner.parse_message = completion_parser(tokenizer, runner.schemas, fmt)
     if fmt == "chat_template":  # a reset() observation joins the last user message, re-rendered with the row's tools
         runner.render_prompt = lambda raw, obs, schemas: render_prompt(
             with_observation(raw, obs), tokenizer, cfg.data, schemas

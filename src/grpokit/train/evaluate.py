@@ -161,7 +161,8 @@ def _score_chunk(chunk: list[Prompt], sample, episodes, params, tokenizer, runne
     )
     comp = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
     columns = {**repeat_columns(chunk), **row_prompts(chunk, convention)}
-    scored_comp = reward_inputs(ro, comp, chunk, convention)[0] if ro.episodes is None else comp
+    parse = episodes.parse_message if episodes is not None else None
+    scored_comp = reward_inputs(ro, comp, chunk, convention, parse)[0] if ro.episodes is None else comp
     tool_use: list[float] = []
     turns: list[float] = []
     no_answer: list[float] = []

@@ -24,6 +24,7 @@ from grpokit.config.main_guard import refuse_in_worker_start
 from grpokit.config.sections import Config
 from grpokit.rollout import gec
 from grpokit.rollout.collect import collect
+from grpokit.rollout.finish import end_ids
 from grpokit.rollout.staleness import staleness_metrics
 from grpokit.types import ScoredBatch
 
@@ -389,6 +390,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             mismatch=MismatchSettings(mode=r.mismatch_mask, low=r.mismatch_low, high=r.mismatch_high),
             tis=TISSettings(cap=r.tis_cap if engines.uses_tis(cfg) else 0.0, mode=r.tis_mode, floor=r.tis_min),
             sampler_truncates=self.replays_support,
+            end_ids=end_ids(self.eos, self.tokenizer.pad_token_id),
         )
 
     def _step_metrics(

@@ -47,7 +47,7 @@ class TrainerSampling:
         with self._timer("reward"):
             conv = self.cfg.reward.convention
             rows = [p for p in prompts for _ in range(group_size)]
-            completions, env_columns = reward_inputs(ro, texts, rows, conv)
+            completions, env_columns = reward_inputs(ro, texts, rows, conv, self.episodes.parse_message)
             columns = {**repeat_columns(prompts, group_size), **row_prompts(rows, conv), **env_columns, **extra}
             scored = self.runner.score(
                 reward_prompts(prompts, group_size, conv, ro.episodes),

@@ -15,7 +15,7 @@ import torch
 
 from grpokit.algo.stage_state import stage_states
 from grpokit.config.base import ConfigError
-from grpokit.data.prompt_length import check_prompt_lengths
+from grpokit.data.prompt_length import check_prompt_lengths, completion_room
 from grpokit.data.prompts import check_same_data, fingerprint
 from grpokit.rollout.engine import RolloutEngine
 from grpokit.rollout.sampling import sampling_params
@@ -36,6 +36,7 @@ from . import (
 from . import resume as run_folder
 from .models import quiet_transformers, resolve_device
 from .prefix_tree import refusal as prefix_tree_refusal
+from .stages import run_values
 from .update import Accumulator
 from .update_windows import resumed_counts, rounds_to_make
 
@@ -120,8 +121,9 @@ class TrainerSetup:
         self.optimizer, self.scheduler = opt.optimizer, opt.scheduler
         # lambda-GRPO, adaptive entropy
         self.stage_states = stage_states(cfg.algo, (cfg.optim.adam_beta1, cfg.optim.adam_beta2))
+        room = completion_room(cfg, max(run_values(cfg, "rollout.max_new_tokens")), self.episodes.multi_turn)
         self.prompts, self.eval_prompts, self.prompts_cut = check_prompt_lengths(
-            cfg, self.model, self.prompts, self.eval_prompts
+            cfg, self.model, self.prompts, self.eval_prompts, room
         )
         # checkpointing, reference offload, tokens per micro-batch
         longest_prompt = max((len(p.ids) for p in self.prompts), default=0)

@@ -17,7 +17,8 @@ import torch
 
 from grpokit.algo.advantages import group_advantages
 from grpokit.algo.loss import policy_loss
-from grpokit.algo.masks import truncated_sequences_mask
+from grpokit.algo.masks import ended_rows, truncated_sequences_mask
+from grpokit.rollout.finish import end_ids
 from grpokit.train.token_batch import make_token_batch
 from grpokit.types import Prompt
 
@@ -33,6 +34,13 @@ CLIP_KEYS = (
     "clip_ratio/low_min",
     "clip_ratio/high_max",
 )
+
+
+def _ended(trainer: Any, ro) -> list[bool] | None:
+    """Whether each completion ended on an end id, for algo.truncated_by=last_token (TRL's rule); else None."""
+    if trainer.cfg.algo.truncated_by != "last_token":
+        return None
+    return ended_rows(ro.completion_ids, end_ids(trainer.eos, trainer.tokenizer.pad_token_id))
 
 
 def eval_batch_metrics(
@@ -57,7 +65,7 @@ def eval_batch_metrics(
     else:  # num_generations_eval=1: each completion is its own group mean, so its advantage is 0 (as TRL)
         adv = torch.zeros(P, 1)
     mask = batch.completion_mask  # TRL's eval loss and entropy leave masked truncated completions out, as training
-    mask = truncated_sequences_mask(mask, ro.finish_reasons) if a.mask_truncated else mask
+    mask = truncated_sequences_mask(mask, ro.finish_reasons, _ended(trainer, ro)) if a.mask_truncated else mask
     kl = _kl_options(trainer, batch)
     ctrl = trainer.stage_state("entropy_control")  # TRL's eval loss carries the bonus the next train step applies
     coef = ctrl.applied() if ctrl is not None else a.entropy_coef

@@ -83,12 +83,15 @@ FIXED = {
     "reward.convention": "trl",
     "reward.num_workers": 0,
     "model.freeze_vision": False,
+    "data.drop_last": True,
 }  # grpokit fields the TRL layer always sets (FIXED_DOC says why)
 
 
 TRL_NAMES = {
     "rollout.vllm_url": "vllm_server_base_url",
     "rollout.vllm_startup_timeout": "vllm_server_timeout",
+    "rollout.max_new_tokens": "max_completion_length",
+    "env.max_episode_tokens": "max_completion_length",
 }
 """grpokit fields that a sentence from inside the run (not from the mapping's own checks) may name, and the
 TRL argument a script sets each with (its rule in MAPPING): under grpokit.trl the sentence names the argument
@@ -158,4 +161,5 @@ def mapping_table() -> str:
 FIXED_DOC = """The data and reward functions come from GRPOTrainer's arguments; reward functions receive TRL's
 convention and run in the trainer's process. A vision-language model's vision tower trains as TRL trains it (TRL
 freezes nothing; a tower the script froze itself stays frozen), and LoRA's all-linear is PEFT's, the tower's linear
-layers included."""
+layers included. An epoch is whole generation batches, as TRL's RepeatSampler yields them: the rows after an epoch's
+last whole batch wait for a later epoch's order, so the logged epoch is the data seen."""

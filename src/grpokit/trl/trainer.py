@@ -49,7 +49,7 @@ from grpokit.rewards.spec import RewardError
 from grpokit.train import distributed
 
 from . import best, callback_states, default_callbacks, memory, resumed_state
-from .args.batch import epoch_updates, micro_steps_per_epoch, state_epochs, trl_epoch
+from .args.batch import check_whole_batch, epoch_updates, micro_steps_per_epoch, state_epochs, trl_epoch
 from .args.checks import check_gated
 from .args_reading import ArgsReading, Given
 from .bridge import StepBridge, take_means
@@ -258,6 +258,8 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         bridge.save_last = self.cfg.train.save_last
         rows, streamed = len(self._kwargs["train_rows"]), is_stream(self._given.train_dataset)
         world = distributed.position()[1]
+        if not streamed:
+            check_whole_batch(self.args, rows, world)
         micro, accumulation = (
             micro_steps_per_epoch(self.args, rows, world, streamed),
             self.args.gradient_accumulation_steps,

@@ -9,6 +9,7 @@ import dataclasses
 from grpokit.algo import estimators  # noqa: F401  (registers the built-in stages)
 from grpokit.algo.advantages import BASELINES, SCALES, STD_KINDS
 from grpokit.algo.loss import AGGREGATIONS, ENTROPY_AGGREGATIONS, KL_ESTIMATORS
+from grpokit.algo.masks import TRUNCATION_RULES
 from grpokit.algo.pipeline import KL_PLACEMENTS
 from grpokit.algo.ratio import RATIO_LEVELS
 from grpokit.algo.registry import CLIP_FIELDS, STAGE_SPECS, is_import_path, lookup, objective_spec, registered
@@ -59,6 +60,7 @@ def check_algo_objective(cfg: Config) -> None:
     one_of("algo.scale", a.scale, SCALES)
     one_of("algo.std", a.std, STD_KINDS)
     one_of("algo.ratio_level", a.ratio_level, RATIO_LEVELS)
+    one_of("algo.truncated_by", a.truncated_by, TRUNCATION_RULES)
     check_stages(cfg)
     one_of("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS)
     one_of("algo.aggregation", a.aggregation, AGGREGATIONS)

@@ -123,6 +123,9 @@ def check_record_data(cfg: Config) -> None:
     if d.curriculum == "off":  # train/domain_setup.make_sampler reads them for the frontier sampler only
         names = ("curriculum_key", "curriculum_threshold", "curriculum_decay", "curriculum_floor")
         unread("data", d, DataConfig(), names, "with data.curriculum=off", "set data.curriculum=frontier")
+    if d.domains or d.curriculum != "off":  # make_sampler serves whole batches from the plain order only
+        why = "with data.domains or data.curriculum=frontier, whose batches are drawn by share or pass rate"
+        unread("data", d, DataConfig(), ("drop_last",), why, "leave data.domains empty and data.curriculum=off")
     check_data_sources(d)
     if d.dataset and _looks_like_path(d.dataset):
         check(

@@ -125,6 +125,22 @@ def prompts_per_round(a: TrlArgs, world_size: int) -> int:
     return max(1, a.per_device_train_batch_size * generation_steps(a, world_size) * world_size // a.num_generations)
 
 
+def check_whole_batch(a: TrlArgs, num_rows: int, world_size: int) -> None:
+    """TRL's RepeatSampler yields whole generation batches of train_dataset only: with fewer rows than one batch's
+    prompts TRL trains no step (max_steps) or fails (num_train_epochs: "args.max_steps must be set to a positive
+    value"); refused in one sentence when train() starts (construction and evaluate() need no training batch)."""
+    spg, per = generation_steps(a, world_size), prompts_per_round(a, world_size)
+    if num_rows >= per:
+        return
+    raise ConfigError(
+        f"train_dataset has {num_rows} rows, fewer than the {per} prompts of one generation batch "
+        f"(per_device_train_batch_size * steps_per_generation * processes / num_generations = "
+        f"{a.per_device_train_batch_size} * {spg} * {world_size} / {a.num_generations}), and TRL's RepeatSampler "
+        f"yields whole generation batches only, so no step would train; give at least {per} rows, or lower "
+        "per_device_train_batch_size or steps_per_generation"
+    )
+
+
 def steps_per_epoch(a: TrlArgs, num_rows: int, world_size: int, streamed: bool = False) -> int:
     """TRL steps in one pass over ``num_rows`` prompts, as transformers counts them on TRL's dataloader: the
     epoch's micro-batches (``micro_steps_per_epoch``: a stream's, max_steps of them) in updates of

@@ -251,9 +251,13 @@ REWARD_WEIGHTS = Rule(
 
 MASK_TRUNCATED = Rule(
     ("mask_truncated_completions",),
-    ("algo.mask_truncated",),
-    "copied",
-    copied(**{"algo.mask_truncated": "mask_truncated_completions"}),
+    ("algo.mask_truncated", "algo.truncated_by"),
+    "copied; truncated_by last_token: TRL's rule, a completion whose last token is no EOS or pad id (an episode "
+    "stopped at max_tool_calling_iterations on a turn that ended with EOS stays)",
+    lambda a, ctx: {
+        "algo.mask_truncated": a.mask_truncated_completions,
+        **({"algo.truncated_by": "last_token"} if a.mask_truncated_completions else {}),
+    },
 )
 
 REF_SYNC = Rule(

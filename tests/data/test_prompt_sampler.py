@@ -1,0 +1,72 @@
+"""data/prompt_sampler.py: the plain seeded order, and data.drop_last's whole batches (TRL's RepeatSampler)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from grpokit.config.sections import Config, ConfigError
+from grpokit.data.prompt_sampler import PromptSampler
+from grpokit.types import Prompt
+
+
+def _prompts(n: int) -> list[Prompt]:
+    return [Prompt(text=str(i), ids=[i]) for i in range(n)]
+
+
+def _order(seed: int, epoch: int, n: int) -> list[str]:
+    """The sampler's order of an epoch, written out: a permutation seeded by (seed, epoch)."""
+    order = list(range(n))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return [str(i) for i in order]
+
+
+def test_whole_batches_leave_an_epochs_remainder_out():
+    # 5 prompts, batches of 4: each epoch serves the first 4 of its own order and skips the fifth (TRL's
+    # RepeatSampler drops the short last chunk); before, the second batch was the fifth of epoch 0 and 3 of epoch 1
+    s = PromptSampler(_prompts(5), seed=3, batch=4)
+    batches = [[p.text for p in s.next_batch(4)] for _ in range(3)]
+    assert batches == [_order(3, e, 5)[:4] for e in range(3)]
+    assert s.position == 12  # prompts served; a resume at 4 serves epoch 1's batch
+    assert [p.text for p in PromptSampler(_prompts(5), seed=3, batch=4, position=4).next_batch(4)] == batches[1]
+
+
+def test_without_whole_batches_a_batch_runs_on_across_the_epoch():
+    s = PromptSampler(_prompts(5), seed=3)
+    first, second = [p.text for p in s.next_batch(4)], [p.text for p in s.next_batch(4)]
+    assert first == _order(3, 0, 5)[:4] and second == _order(3, 0, 5)[4:] + _order(3, 1, 5)[:3]
+
+
+def test_fewer_prompts_than_a_whole_batch_are_refused():
+    with pytest.raises(ConfigError) as e:
+        PromptSampler(_prompts(3), seed=0, batch=4)
+    assert str(e.value) == (
+        "the training data has 3 prompts, fewer than one batch of train.prompts_per_step=4, and data.drop_last=true "
+        "serves whole batches only, so no step would train; give at least 4 rows, lower train.prompts_per_step, or "
+        "set data.drop_last=false"
+    )
+
+
+def test_the_plain_order_warns_once_when_a_batch_must_repeat_a_prompt(caplog):
+    from grpokit.train.domain_setup import make_sampler
+
+    cfg = Config()
+    cfg.train.prompts_per_step = 4
+    s = make_sampler(cfg, _prompts(3), group_size=2)
+    batch = [p.text for p in s.next_batch(4)]
+    assert len(set(batch)) == 3  # 3 prompts in a batch of 4: one of them twice
+    assert caplog.text.count("fewer than train.prompts_per_step=4, so every step samples some prompt twice") == 1
+    cfg.data.drop_last = True
+    with pytest.raises(ConfigError, match="^the training data has 3 prompts, fewer than one batch"):
+        make_sampler(cfg, _prompts(3), group_size=2)
+    assert make_sampler(cfg, _prompts(5), group_size=2).epoch_size == 4
+
+
+def test_drop_last_is_refused_where_no_plain_order_reads_it():
+    from grpokit.validation import validate
+
+    cfg = Config()
+    cfg.data.drop_last, cfg.data.curriculum = True, "frontier"
+    with pytest.raises(ConfigError, match=r"^data.drop_last=True has no effect with data.domains or data.curriculum"):
+        validate(cfg)
