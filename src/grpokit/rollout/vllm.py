@@ -37,7 +37,6 @@ from grpokit.types import Rollout
 from .engine import SeparateEngine
 from .hf import SamplingParams
 from .static import unwrapped
-from .vllm_http import vllm_top_k
 from .vllm_images import llm_inputs
 
 
@@ -92,7 +91,7 @@ def vllm_sampling_params(sp_cls, p: SamplingParams, group_size: int):
         n=group_size,
         temperature=p.temperature,
         top_p=p.top_p,
-        top_k=vllm_top_k(p.top_k),
+        top_k=p.top_k if p.top_k > 0 else -1,
         min_p=p.min_p,
         repetition_penalty=p.repetition_penalty,
         max_tokens=p.max_new_tokens,

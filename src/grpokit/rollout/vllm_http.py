@@ -114,12 +114,6 @@ def _cut(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
             pass
 
 
-def vllm_top_k(top_k: int) -> int:
-    """vLLM's top_k for grpokit's (0: off): -1, the value every vLLM version reads as off (newer ones also take 0,
-    older ones refuse it); the colocated engine's SamplingParams and the server's requests both send it."""
-    return top_k if top_k > 0 else -1
-
-
 def sampling_fields(group_size: int, p: Any) -> dict[str, Any]:
     """vLLM's sampling fields of one request (``p``: rollout/hf.py's SamplingParams), every one sent;
     the stop string stays in the output, as the hf engine keeps a tag-format tool call's closing tag."""
@@ -128,7 +122,7 @@ def sampling_fields(group_size: int, p: Any) -> dict[str, Any]:
         "max_tokens": p.max_new_tokens,
         "temperature": p.temperature,
         "top_p": p.top_p,
-        "top_k": vllm_top_k(p.top_k),
+        "top_k": p.top_k,
         "min_p": p.min_p,
         "repetition_penalty": p.repetition_penalty,
         "presence_penalty": 0.0,
