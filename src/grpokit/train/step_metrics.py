@@ -22,7 +22,7 @@ from grpokit.record.samples import sample_rows
 from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.record.vision_samples import with_images
 from grpokit.rewards.inputs import reward_prompts
-from grpokit.rewards.runner import value_stats
+from grpokit.rewards.values import value_stats
 from grpokit.rollout.episode_metrics import episode_metrics
 from grpokit.types import ScoredBatch
 
