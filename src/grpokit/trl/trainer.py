@@ -69,7 +69,6 @@ from .contract.surface import (
 from .inputs import (
     LORA_FIELDS,
     HubPushError,
-    check_reward_templates,
     env_owns_reward,
     push_folder,
     resume_source,
@@ -77,6 +76,7 @@ from .inputs import (
     row_loader,
 )
 from .mapping import TRL_NAMES
+from .reward_model import check_reward_templates
 from .trainer_args import (
     is_stream,
     model_name,
