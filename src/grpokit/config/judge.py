@@ -32,3 +32,25 @@ def judge_readers(cfg: Config, besides: tuple[str, ...] = ()) -> list[str]:
 def spoken(names: list[str], conjunction: str = "or") -> str:
     """Names as a sentence lists them: "a", "a or b", "a, b or c" (``conjunction`` "and": "a, b and c")."""
     return f" {conjunction} ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+def respelled_judge(cfg: Config) -> str | None:
+    """The warning for a judge given in its old spelling, algo.dynamic_sampling_on (an earlier run's config.yaml, an
+    old config file), that now reaches readers it did not reach before: earlier versions read it for dynamic
+    sampling alone and judged the frontier curriculum and error correction by the reward as trained. None when
+    nothing changed (the new spelling, an empty judge, or dynamic sampling its only reader). One judge serves every
+    reader, so no setting keeps the old behaviour; the warning says so."""
+    from .retired import spelled_as
+
+    old = spelled_as(cfg, "reward.judge")
+    readers = judge_readers(cfg, besides=(DYNAMIC_SAMPLING,))
+    if old is None or not cfg.reward.judge or not readers:
+        return None
+    judge, one = cfg.reward.judge, len(readers) == 1
+    return (
+        f"{old}={judge} (the spelling of earlier versions) sets reward.judge, which {spoken(readers, 'and')} "
+        f"read{'s' if one else ''} too: {'it' if one else 'they'} now judge{'s' if one else ''} a completion by "
+        f"{judge}, where earlier versions judged {'it' if one else 'them'} by the reward as trained and read {old} "
+        "for dynamic sampling alone; no setting keeps that split (one judge serves every reader), so keep it, or set "
+        "reward.judge=[] to judge by the reward as trained everywhere, dynamic sampling included"
+    )
