@@ -205,3 +205,25 @@ def test_a_policy_only_plugin_mask_narrows_the_policy_term_alone():
         assert inp.policy_mask.tolist() == [[0.0, 1.0], [0.0, 1.0]]
     finally:
         del registry.TOKEN_MASKS["zz_last_token_only"], registry.STAGE_SPECS["token mask"]["zz_last_token_only"]
+
+
+def test_row_advantages_cross_to_the_cpu_once_a_step_one_number_a_row(monkeypatch):
+    """samples.jsonl and grpokit.trl's _logs["advantages"] show each row's advantage: a token-level (N, T) one is
+    averaged over the row where it lives, so N numbers cross to the CPU, not N * T, and once for the step's batch
+    (both readers read the same inputs). Rows [1, 2, 3] and [0, 0, 3]: means 2 and 1."""
+    from grpokit.algo.pipeline import UpdateInputs
+
+    copied: list[tuple[int, ...]] = []
+    cpu = torch.Tensor.cpu
+
+    def spy(self, *args, **kwargs):
+        copied.append(tuple(self.shape))
+        return cpu(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "cpu", spy)
+    adv = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]], dtype=torch.bfloat16)
+    inp = UpdateInputs(batch=None, advantages=adv, loss_mask=torch.ones(2, 3), old_logp=None, ref_logp=None)
+    assert inp.row_advantages.tolist() == [2.0, 1.0] and inp.row_advantages.dtype == torch.float32
+    assert copied == [(2,)]  # before: (2, 3) copied, then averaged; and again for each reader
+    seq = UpdateInputs(batch=None, advantages=torch.tensor([0.5, -0.5]), loss_mask=None, old_logp=None, ref_logp=None)
+    assert seq.row_advantages.tolist() == [0.5, -0.5]

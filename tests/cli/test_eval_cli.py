@@ -7,6 +7,7 @@ import pytest
 from grpokit.cli import eval as eval_cli
 from grpokit.data.tasks import get_task
 from grpokit.types import Rollout
+from helpers.reward_columns import spy_reward_columns
 from helpers.vision_spy import spy_image_forwards
 
 
@@ -308,3 +309,34 @@ def test_eval_refuses_a_prompt_without_room_for_its_completion(tmp_path):
         "model's context of 64, whose positions are a learned table with no row past it; shorten the prompts or "
         "lower --max-new-tokens"
     )
+
+
+def test_eval_hands_its_grader_no_prompt_column(monkeypatch):
+    """grpokit eval grades with a plain RewardRunner, which passes the column "prompt" (rewards/inputs.py
+    row_prompts) to no function: only a TRL _calculate_rewards override reads it, in training
+    (trl/contract/stages.py TrlRewards). Before, eval built it for every chunk under reward.convention=trl."""
+    from grpokit.cli.eval_votes import votes_of
+    from grpokit.config.sections import RewardConfig
+    from grpokit.types import Prompt
+
+    seen = spy_reward_columns(monkeypatch)
+
+    class Episodes:  # one turn, 2 samples of the one prompt
+        parse_message = None  # no response parsing (env/responses.py)
+
+        def run(self, sample, chunk, n, params):
+            return Rollout([[1]], [[2], [3]], [[0.0], [0.0]], ["eos", "eos"], n)
+
+    class Tok:
+        def decode(self, ids, skip_special_tokens=True):
+            return {2: "7", 3: "8"}[ids[0]]
+
+    def right(completions, answer, **kw):  # TRL's convention: one assistant message per completion
+        return [float(c[0]["content"] == a) for c, a in zip(completions, answer)]
+
+    chunk = [Prompt(text="q", ids=[1], columns={"answer": "7"}, raw=[{"role": "user", "content": "q"}])]
+    grading = (right, votes_of(right))
+    _, correct = eval_cli._sample_and_grade(
+        chunk, Episodes(), None, Tok(), grading, None, 2, RewardConfig(convention="trl")
+    )
+    assert correct == [[True, False]] and seen == [{"answer": ["7", "7"]}]  # before: a "prompt" column beside it

@@ -9,7 +9,7 @@ import pytest
 
 from grpokit.cli import eval as eval_cli
 from grpokit.cli.eval_settings import Target, check_overrides, eval_config, grader, run_of
-from grpokit.config import Config, ConfigError
+from grpokit.config import Config, ConfigError, presets
 from grpokit.config.io import apply_overrides
 from grpokit.data.tasks import get_task
 from grpokit.train.resume import write_config
@@ -337,3 +337,42 @@ def test_the_runs_settings_of_rows_not_evaluated_are_dropped(tmp_path):
     assert (target.task, cfg.data.prompt_column, cfg.data.dataset) == ("arithmetic", "prompt", "")
     cfg, _, target = _settings(["--model", str(run)], run)
     assert (target.dataset, cfg.data.prompt_column) == (str(data), "question")
+
+
+def test_a_dapo_or_edge_run_is_evaluated_by_its_grader_alone(tmp_path):
+    """A run's reward section holds training's judge (reward.judge, read by dynamic sampling and EDGE-GRPO's error
+    correction), but eval grades with one function under its own algo section. Before, eval copied the whole
+    section and validation refused the judge nothing in eval reads ("reward.judge=['task'] has no effect unless
+    algo.dynamic_sampling=true ..."): every DAPO and EDGE run. Now eval takes the grader's fields only
+    (REWARD_FROM_RUN: functions, params, convention)."""
+    from grpokit.algo.variants import VARIANTS
+
+    dapo = presets.apply("dapo", apply_overrides(Config(), ["rollout.max_new_tokens=7"]))
+    assert (dapo.reward.judge, dapo.algo.dynamic_sampling) == (["task"], True)
+    edge = apply_overrides(Config(), VARIANTS["edge-grpo"][1])
+    assert edge.reward.judge == ["task"] and edge.algo.error_correction == "gold"
+    for name, trained in (("dapo", dapo), ("edge", edge)):
+        run = tmp_path / name
+        (run / "checkpoints" / "step-000001" / "model").mkdir(parents=True)
+        write_config(run, trained, None)
+        cfg, _, target = _settings(["--model", str(run)], run)
+        assert target == Target(task="arithmetic", dataset=None, split=None, reward="task")
+        assert cfg.reward.judge == [] and cfg.reward.functions == trained.reward.functions
+        assert cfg.reward.params == trained.reward.params  # the grader's keyword arguments, as trained
+
+
+def test_an_earlier_run_with_dynamic_sampling_on_is_evaluated(tmp_path):
+    """The config.yaml of a run from before reward.judge (algo.dynamic_sampling_on: [task], no checksum line) is
+    read with the old spelling as reward.judge; eval, which reads no judge, evaluates it (before: refused)."""
+    import yaml
+
+    from grpokit.config.io import to_dict
+
+    old = to_dict(apply_overrides(Config(), ["algo.dynamic_sampling=true"]))
+    del old["reward"]["judge"]
+    old["algo"]["dynamic_sampling_on"] = ["task"]
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-000001" / "model").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    cfg, _, target = _settings(["--model", str(run)], run)
+    assert target.reward == "task" and cfg.reward.judge == []

@@ -47,3 +47,14 @@ def test_two_functions_of_one_name_are_refused_saying_how_they_are_named():
     twins = [RewardSpec(functools.partial(brevity, scale=s)) for s in (1.0, 2.0)]
     with pytest.raises(RewardError, match=r"must be unique .*'brevity', 'brevity'.*functools.partial is named after"):
         RewardRunner(twins, num_workers=0)
+
+
+def test_a_domains_wrapper_carries_its_functions_one_name():
+    """data.domains wraps each domain's functions in DomainReward, whose __name__ is what reward_name reads of it:
+    the same rule as the function's own. Before, a functools.partial (a built-in given reward.params) or a callable
+    object was named "reward" there."""
+    from grpokit.data.domains import DomainReward
+
+    assert DomainReward(functools.partial(brevity, scale=2.0), "math").__name__ == "brevity"  # before: "reward"
+    assert reward_name(DomainReward(Judge(), "math")) == "Judge"  # before: "reward"
+    assert reward_name(DomainReward(brevity, "math")) == "brevity"

@@ -120,3 +120,17 @@ def test_a_model_object_scores_where_it_is_unless_told(tmp_path):
     assert on_cpu.device == torch.device("cpu")
     on_cpu.place("meta")
     assert on_cpu.device == torch.device("meta") and next(on_cpu.model.parameters()).is_meta
+
+
+def test_a_classifiers_labels_are_named_by_one_rule():
+    """label_list names a classifier's labels wherever a sentence does (rewards/models.py's refusals, grpokit.trl's
+    warning for a reward model object of several labels): "index: name", the index itself where id2label has no
+    name for it."""
+    from types import SimpleNamespace
+
+    from grpokit.rewards.models import label_list
+
+    assert (
+        label_list(SimpleNamespace(num_labels=2, id2label={0: "NEGATIVE", 1: "POSITIVE"})) == "0: NEGATIVE, 1: POSITIVE"
+    )
+    assert label_list(SimpleNamespace(num_labels=3, id2label={1: "ok"})) == "0: 0, 1: ok, 2: 2"

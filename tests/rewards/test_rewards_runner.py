@@ -241,6 +241,40 @@ def test_grpokits_own_group_relative_reward_still_gets_group_size_under_trls_con
     assert passes_group_size(half, "grpokit")
 
 
+def _raises_on_b(completions, **kwargs):
+    _SEEN.append({"completions", *kwargs})
+    if "b" in completions:
+        raise ValueError("b")
+    return [1.0] * len(completions)
+
+
+def test_whether_a_function_gets_group_size_is_decided_per_function_and_follows_set_function():
+    """The runner decides once per function whether it gets group_size (rewards/spec.py passes_group_size) and
+    again when set_function replaces it (grpokit.trl's reward_funcs[i] = fn); every call of it follows: the group
+    call, and the calls a raised call is taken apart into (each completion alone, the healthy ones together)."""
+    from grpokit.rewards import RewardRunner
+    from grpokit.rewards.spec import reads_group_size
+
+    def marked(completions, **kwargs):
+        _SEEN.append({"completions", *kwargs})
+        return [0.0] * len(completions)
+
+    reads_group_size(marked)
+    _SEEN.clear()
+    with RewardRunner([RewardSpec(_raises_on_b, "r")], num_workers=0, convention="trl") as runner:
+        runner.score(**_batch(["a", "b", "c", "d"], group_size=4))
+        # one group call of a, b, c, d raised; then a, b, c, d alone (b raises); then a, c, d together: 6 calls
+        assert len(_SEEN) == 6 and not any("group_size" in seen for seen in _SEEN)
+        runner.set_function(0, marked)  # a function that reads group_size takes its place: it gets G = 4
+        _SEEN.clear()
+        runner.score(**_batch(["a", "b", "c", "d"], group_size=4))
+        assert len(_SEEN) == 1 and "group_size" in _SEEN[0]
+        runner.set_function(0, _raises_on_b)  # and back: none again
+        _SEEN.clear()
+        runner.score(**_batch(["a", "b", "c", "d"], group_size=4))
+        assert len(_SEEN) == 6 and not any("group_size" in seen for seen in _SEEN)
+
+
 def test_input_mistakes_get_one_sentence():
     from grpokit.rewards import RewardRunner
 

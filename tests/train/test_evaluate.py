@@ -10,6 +10,7 @@ from grpokit.config.sections import ConfigError
 from grpokit.train.evaluate import _summary
 from grpokit.train.run_data import check_gold_answers
 from grpokit.types import Prompt
+from helpers.reward_columns import spy_reward_columns
 
 
 def test_an_ungraded_prompt_is_left_out_of_accuracy_and_reward_and_counted():
@@ -110,3 +111,32 @@ def test_the_held_out_evaluation_decodes_with_the_runs_generation_kwargs(tiny_mo
     # before, the held-out evaluation decoded with grpokit's own loop and no generation_kwargs: `free` again
     banned = held_out_completions("generate", **{"rollout.engine": "generate"})
     assert banned != free and all(len(set(c)) == len(c) for c in banned)
+
+
+def test_the_held_out_evaluation_hands_its_grader_no_prompt_column(monkeypatch):
+    """The column "prompt" (rewards/inputs.py row_prompts, TRL's inputs[i]["prompt"]) is read only by a TRL
+    _calculate_rewards override, training's runner (trl/contract/stages.py TrlRewards); the held-out grader is a
+    plain RewardRunner, which passes it to no function (rewards/spec.py passed_columns). Before, the evaluation
+    built it for every chunk under reward.convention=trl anyway; now its columns are the rows' own."""
+    from grpokit.rewards.runner import RewardRunner
+    from grpokit.rewards.spec import RewardSpec
+    from grpokit.rollout.sampling import SamplingParams
+    from grpokit.train.evaluate import _score_chunk
+    from grpokit.types import Rollout
+
+    seen = spy_reward_columns(monkeypatch)
+    chunk = [Prompt(text="q", ids=[1], columns={"answer": "7"}, raw=[{"role": "user", "content": "q"}])]
+
+    def sample(ids, G, params, vision=None):
+        return Rollout([[1]], [[2]], [[0.0]], ["eos"], 1)
+
+    class Tok:
+        def decode(self, ids, skip_special_tokens=True):
+            return "7"
+
+    def right(completions, answer, **kw):  # TRL's convention: one assistant message per completion
+        return [float(c[0]["content"] == a) for c, a in zip(completions, answer)]
+
+    with RewardRunner([RewardSpec(right, "right")], num_workers=0, convention="trl") as runner:
+        scored = _score_chunk(chunk, sample, None, SamplingParams(), Tok(), runner, "trl")
+    assert scored.rewards == [1.0] and seen == [{"answer": ["7"]}]  # before: {"answer": [...], "prompt": [...]}

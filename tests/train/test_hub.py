@@ -127,7 +127,7 @@ def test_a_trl_reward_model_by_cached_id_loads_offline_too(closed_endpoint, tmp_
     """The same for a reward model named by hub id in grpokit.trl's reward_funcs; its name stays the id's."""
     from huggingface_hub import constants
 
-    from grpokit.trl.inputs import RewardModel
+    from grpokit.trl.reward_model import RewardModel
 
     cache, _ = _cache_with(tmp_path, "grpokit-test-org/rm")
     monkeypatch.setattr(hub, "_cached", _real_cached)

@@ -6,7 +6,8 @@ first logit (a folder loaded with one output, as TRL loads it), computed on the 
 import pytest
 from datasets import Dataset
 
-from grpokit.trl.inputs import RewardModel, reward_funcs_of
+from grpokit.trl.inputs import reward_funcs_of
+from grpokit.trl.reward_model import RewardModel
 from helpers.models import char_reward_model, reward_logit
 from helpers.trl_models import small_args
 
@@ -75,7 +76,7 @@ def test_conversational_data_needs_the_reward_tokenizers_chat_template(tmp_path)
     training rows are conversational, and at the call for any other batch; text prompts need no template."""
     from grpokit.config.sections import ConfigError
     from grpokit.rewards.errors import RewardInfrastructureError
-    from grpokit.trl.inputs import check_reward_templates
+    from grpokit.trl.reward_model import check_reward_templates
 
     _, tok = char_reward_model(tmp_path)
     (rm,) = reward_funcs_of([str(tmp_path)])

@@ -31,6 +31,7 @@ step calls it between the logprobs and the optimizer step, and tests call it on 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -150,6 +151,13 @@ class UpdateInputs:
     )
     support_mass: torch.Tensor | None = None  # (N, T) LogProbs.support_mass: the mismatch metrics' pi_old on support
     teacher_top_k: TeacherTopK | None = None  # algo.distill_top_k: the forward-KL term's teacher side (distill.py)
+
+    @functools.cached_property
+    def row_advantages(self) -> torch.Tensor:
+        """(N,) on the CPU, once per batch: the advantage each row trains on, a token-level (N, T) one averaged over
+        the row on its device first (N numbers cross, not N * T). samples.jsonl and grpokit.trl's _logs show it."""
+        adv = self.advantages.detach()
+        return (adv.float().mean(dim=1) if adv.dim() == 2 else adv.float()).cpu()
 
 
 # where the beta-weighted KL goes, by config name (algo.kl_placement): beta -> (beta in the reward, beta in the loss)

@@ -40,7 +40,7 @@ from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompt_length import check_eval_prompts, completion_room
 from grpokit.data.prompts import load_rows
 from grpokit.record.passk import summarize
-from grpokit.rewards.inputs import reward_inputs, reward_prompts, row_prompts
+from grpokit.rewards.inputs import reward_inputs, reward_prompts
 from grpokit.rewards.math import completion_text, prompt_text
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec, reward_name
@@ -220,7 +220,7 @@ def _sample_and_grade(prompts, episodes, sample, tokenizer, grading, params, n: 
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
             rows = [p for p in chunk for _ in range(n)]
             completions, env_columns = reward_inputs(ro, texts, rows, rcfg.convention, episodes.parse_message)
-            columns = {**repeat_columns(chunk, n), **row_prompts(rows, rcfg.convention), **env_columns}
+            columns = {**repeat_columns(chunk, n), **env_columns}  # no "prompt": training's TrlRewards reads it
             graded_prompts = reward_prompts(chunk, n, rcfg.convention, ro.episodes)
             res = runner.score(graded_prompts, completions, ro.completion_ids, n, columns)
             first = res.rewards_NF[:, 0]

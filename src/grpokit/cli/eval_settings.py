@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from grpokit.config.data_sources import READERS, unread_fields
 from grpokit.config.io import apply_overrides
-from grpokit.config.sections import Config, ConfigError, DataConfig, EnvConfig, RolloutConfig
+from grpokit.config.sections import Config, ConfigError, DataConfig, EnvConfig, RewardConfig, RolloutConfig
 from grpokit.train.resume import CONFIG_FILE
 from grpokit.validation import validate
 from grpokit.validation.rollout import check_generation_kwargs, check_sampling
@@ -62,6 +62,10 @@ READ = {
     "env": tuple(f.name for f in dataclasses.fields(EnvConfig)),
     "reward": ("params", "convention"),
 }
+# the run's reward fields eval grades with (its grader, the grader's keyword arguments, what the grader receives);
+# the others are training's (its judge, weights, workers ...), read by features eval does not run, and validation
+# would refuse one beside eval's own algo section (reward.judge without dynamic sampling: a DAPO run's)
+REWARD_FROM_RUN = ("functions", "params", "convention")
 EVAL_DEFAULTS = {"max_new_tokens": 16}  # without a run: a short answer, the rest as training's defaults
 
 
@@ -138,14 +142,16 @@ def run_of(model_dir: str | Path) -> Path | None:
 
 
 def eval_config(args: argparse.Namespace, model: str, run: Path | None) -> tuple[Config, RolloutConfig, Target]:
-    """The validated config of evaluating ``model`` (the run's data, env and reward sections, or the
-    defaults; flags, then overrides, on top), eval's sampling settings and what is evaluated."""
+    """The validated config of evaluating ``model`` (the run's data and env sections and its grader's reward fields,
+    REWARD_FROM_RUN, or the defaults; flags, then overrides, on top), eval's sampling settings and what is
+    evaluated."""
     from grpokit.train.resume import load_run_config
 
     check_overrides(args.overrides)
     trained = load_run_config(run, doing="evaluating it") if run is not None else Config()
     cfg = Config()
-    cfg.data, cfg.env, cfg.reward = trained.data, trained.env, trained.reward
+    cfg.data, cfg.env = trained.data, trained.env
+    cfg.reward = RewardConfig(**{name: getattr(trained.reward, name) for name in REWARD_FROM_RUN})
     source, split = _choose_rows(cfg, args, run)
     _check_row_overrides(args.overrides, cfg.data, source)
     if args.reward:  # the given function grades (on a task's rows too), with its reward.params if any

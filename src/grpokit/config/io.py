@@ -25,17 +25,29 @@ def assigned(cfg: Config) -> set[str]:
     return {f"{name}.{f}" for name in _sections() for f in (getattr(getattr(cfg, name), "_assigned", None) or ())}
 
 
-def from_dict(data: dict[str, Any], base: Config | None = None) -> Config:
-    """Apply a nested dict (e.g. parsed YAML) on top of ``base`` (default: the defaults)."""
+def from_dict(data: dict[str, Any], base: Config | None = None, source: str = "the config") -> Config:
+    """Apply a nested dict (e.g. parsed YAML) on top of ``base`` (default: the defaults). ``source`` names it in the
+    sentence refusing one field given in both its spellings (``one_spelling``)."""
     cfg = base if base is not None else Config()
     for section, values in (data or {}).items():
         if section not in _sections():
             raise ConfigError(f"unknown config section {section!r}; valid sections: {', '.join(_sections())}")
         if not isinstance(values, dict):
             raise ConfigError(f"config section {section!r} must be a mapping of fields, got {values!r}")
+    one_spelling([f"{section}.{name}" for section, values in (data or {}).items() for name in values], source)
+    for section, values in (data or {}).items():
         for name, value in values.items():
             set_field(cfg, f"{section}.{name}", value)
     return cfg
+
+
+def one_spelling(keys: list[str], source: str) -> None:
+    """Refuse one layer of settings (a config file, one command line's overrides: ``keys``, their dotted names) that
+    gives a field in both its spellings (retired.py SPELLINGS): the later would win silently, by where it stands. A
+    later layer still wins over an earlier one, in either spelling."""
+    for old, new in SPELLINGS.items():
+        if old in keys and new in keys:
+            raise ConfigError(f"{source} gives both {old} and {new}: {old} is {new}'s other spelling; give only {new}")
 
 
 def strict_yaml(text: str, source: str) -> Any:
@@ -87,11 +99,13 @@ def load_yaml(path: str | Path, base: Config | None = None) -> Config:
         raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections, got {type(data).__name__}")
-    return from_dict(data, base)
+    return from_dict(data, base, f"config file {str(p)!r}")
 
 
-def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
-    """Apply ``section.field=value`` strings; values are parsed as YAML scalars/lists."""
+def apply_overrides(cfg: Config, overrides: list[str], source: str = "the command line") -> Config:
+    """Apply ``section.field=value`` strings; values are parsed as YAML scalars/lists. ``source`` names them in the
+    sentence refusing one field given in both its spellings (``one_spelling``)."""
+    one_spelling([item.split("=", 1)[0].strip() for item in overrides], source)
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form section.field=value (e.g. rollout.group_size=16)")
@@ -106,8 +120,8 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
 
 def set_field(cfg: Config, dotted: str, value: Any) -> None:
     """Set ``section.field`` with type coercion and a clear error for unknown names or types (another spelling of
-    a field, retired.py SPELLINGS, sets that field)."""
-    dotted = SPELLINGS.get(dotted, dotted)
+    a field, retired.py SPELLINGS, sets that field, and the config notes which spelling set it: note_spelling)."""
+    spelled, dotted = dotted, SPELLINGS.get(dotted, dotted)
     parts = dotted.split(".")
     if len(parts) > 2 and parts[0] in _sections() and _field_types(type(getattr(cfg, parts[0]))).get(parts[1]) is dict:
         return _set_inside(cfg, parts, value)
@@ -125,6 +139,7 @@ def set_field(cfg: Config, dotted: str, value: Any) -> None:
     if parts[1] not in types:
         raise ConfigError(f"unknown config field {dotted!r}; valid fields of {parts[0]}: {', '.join(types)}")
     setattr(section_obj, parts[1], _coerce(dotted, value, types[parts[1]]))
+    note_spelling(section_obj, parts[1], spelled)
 
 
 def _set_inside(cfg: Config, parts: list[str], value: Any) -> None:
@@ -246,5 +261,5 @@ def unsealed(text: str, source: str, doing: str = "resuming") -> tuple[str, bool
 
 # Last, so that either module may be imported first: config.py re-exports this module's functions
 # (``from grpokit.config import apply_overrides`` is public API) and these functions read its classes.
-from .retired import SPELLINGS, retired_field  # noqa: E402
+from .retired import SPELLINGS, note_spelling, retired_field  # noqa: E402
 from .sections import Config, ConfigError  # noqa: E402

@@ -8,11 +8,15 @@ carries, change nothing and are accepted, so those run folders still resume.
 
 ``algo.dynamic_sampling_on`` named the reward functions dynamic sampling judged a group by; the frontier
 curriculum and EDGE-GRPO's error correction now read the same judge, ``reward.judge``. The old spelling
-(config files, overrides, config.yaml of earlier runs) sets ``reward.judge``, without a warning (SPELLINGS).
+(config files, overrides, config.yaml of earlier runs) sets ``reward.judge`` (SPELLINGS). One layer of settings (a
+file, one command line) giving both spellings is refused (io.py one_spelling). The config notes that the old
+spelling set the field (``note_spelling``, read by ``spelled_as``), so that a run whose old judge now reaches the
+curriculum or error correction too is told so once (config/judge.py respelled_judge).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 # retired field -> its neutral values (accepted and ignored)
@@ -38,3 +42,24 @@ def retired_field(dotted: str, value: Any) -> str | None:
         f"{dotted}={value!r} is no longer a field: algo.advantage alone chooses the advantage estimator; "
         f"write algo.advantage={value} instead (docs/VARIANTS.md)"
     )
+
+
+def note_spelling(section: Any, field: str, spelled: str) -> None:
+    """Note on ``section`` that ``field`` was set under ``spelled``, another spelling of it (SPELLINGS), with the
+    value it now holds; set under its own name, the note goes. Kept beside the fields, never saved (to_dict reads
+    fields only)."""
+    notes = vars(section).get("_spellings")
+    if spelled in SPELLINGS:
+        notes = vars(section).setdefault("_spellings", {})
+        notes[field] = (spelled, copy.deepcopy(getattr(section, field)))
+    elif notes:
+        notes.pop(field, None)
+
+
+def spelled_as(cfg: Any, dotted: str) -> str | None:
+    """The other spelling (SPELLINGS) that set ``dotted`` (``section.field``) to the value it holds; None when its own
+    name set it, or when the value was changed since (``cfg.reward.judge = ...`` in Python)."""
+    section, field = dotted.split(".")
+    obj = getattr(cfg, section)
+    spelled, value = (vars(obj).get("_spellings") or {}).get(field, (None, None))
+    return spelled if spelled is not None and getattr(obj, field) == value else None

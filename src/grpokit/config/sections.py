@@ -247,17 +247,6 @@ class RewardConfig:
     reads it, where under "grpokit" it is the function's failure; a dataset column named completion is not passed)."""
 
 
-def judge_readers(cfg: Config) -> list[str]:
-    """The features of ``cfg`` that read reward.judge (none: it would be read by nothing)."""
-    a = cfg.algo
-    on = {
-        "algo.dynamic_sampling=true": a.dynamic_sampling,
-        "data.curriculum=frontier": cfg.data.curriculum == "frontier",
-        "algo.error_correction": a.error_correction != "off",
-    }
-    return [name for name, read in on.items() if read]
-
-
 @section
 class EnvConfig:
     tools: list[str] = field(default_factory=list)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grpokit.config.sections import ConfigError, DataConfig, RewardConfig, beside_domains
-from grpokit.rewards.spec import call_reward, passes_group_size
+from grpokit.rewards.spec import call_reward, passes_group_size, reward_name
 
 COLUMN = "domain"  # the column every domain row carries (reward functions may read it as ``domain``)
 
@@ -175,7 +175,7 @@ class DomainReward:
 
     def __init__(self, fn: Callable, domain: str):
         self.fn, self.domain = fn, domain
-        self.__name__ = getattr(fn, "__name__", "reward")
+        self.__name__ = reward_name(fn)  # its function's one name (TRL's rule: a partial's function, an object's class)
         self.reads_group_size = passes_group_size(fn, "trl")  # passes group_size on where its function reads it
 
     def __call__(self, **kwargs: Any) -> list:

@@ -6,11 +6,12 @@
         result = runner.score(prompts, completions, completion_ids, group_size=G, columns={"answer": golds})
     result.total_N, result.rewards_NF, result.metrics
 
-Modules: spec (contract, registry), runner (parallel scoring, failure containment), errors (per-item
-failures vs infrastructure failures), calls (a call's start-up, and what its completions caused, by
-kind), pool + pool_worker (killable, thread-safe workers), answers (the one-answer rule against
-hedging), answer_limits (answers too big to check), math / format / length (built-ins), code +
-sandbox/ (code execution), models (learned rewards), process_tree (ending what rewards started).
+Modules: spec (contract, registry), runner (parallel scoring, failure containment), values (a returned
+value checked; one function's mean and std), errors (per-item failures vs infrastructure failures), calls
+(a call's start-up, and what its completions caused, by kind), pool + pool_worker (killable, thread-safe
+workers), answers (the one-answer rule against hedging), answer_limits (answers too big to check), math /
+format / length (built-ins), code + sandbox/ (code execution), models (learned rewards), process_tree
+(ending what rewards started).
 See docs/REWARDS.md for every formula.
 """
 

@@ -27,7 +27,8 @@ def row_prompts(prompts, convention: str = "grpokit") -> dict[str, list]:
     """TRL's ``inputs[i]["prompt"]`` under TRL's convention: the column ``prompt``, each completion's prompt as
     its dataset row holds it (``prompts``: one ``Prompt`` per completion), without a reset() observation, which
     only ``reward_prompts`` carries, as in TRL. A ``_calculate_rewards`` override reads it in ``inputs``; the
-    runner passes it to no function (rewards/spec.py ``passed_columns``, TRL's rule). {} under grpokit's."""
+    runner passes it to no function (rewards/spec.py ``passed_columns``, TRL's rule), so only training's sampling
+    builds it (the held-out evaluation and ``grpokit eval`` grade with plain runners). {} under grpokit's."""
     if convention != "trl":
         return {}
     return {"prompt": [p.raw if p.raw is not None else p.text for p in prompts]}

@@ -138,17 +138,18 @@ def scored_label(config: Any, label_index: int | None) -> int:
     if label_index is None and n != 1:
         raise ConfigError(_not_one_output(config, name))
     if label_index is not None and not 0 <= label_index < n:
-        raise ConfigError(f"label_index={label_index} is no label of {name!r}, whose labels are {_labels(config)}")
+        raise ConfigError(f"label_index={label_index} is no label of {name!r}, whose labels are {label_list(config)}")
     return label_index or 0
 
 
-def _labels(config: Any) -> str:
+def label_list(config: Any) -> str:
+    """A classifier's labels as a sentence names them: "0: negative, 1: positive" (an index without a name: itself)."""
     return ", ".join(f"{i}: {config.id2label.get(i, i)}" for i in range(config.num_labels))
 
 
 def _not_one_output(config: Any, name: str) -> str:
     return (
-        f"reward model {name!r} is a classifier with {config.num_labels} labels ({_labels(config)}), not a reward "
+        f"reward model {name!r} is a classifier with {config.num_labels} labels ({label_list(config)}), not a reward "
         "model with one output (num_labels=1, as TRL loads one); give a reward model, or score one of its labels "
         "with grpokit.rewards.models.SequenceClassifierReward(path, label_index=...) as a reward function"
     )

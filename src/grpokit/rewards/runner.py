@@ -44,22 +44,33 @@ machinery or by a reward function, in a worker or in a thread, stops `score` at 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import pickle
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
-from . import spec as keywords
 from .calls import COMPLETION_KINDS, MACHINE
 from .errors import ItemFailure
 from .inproc import InProcessCaller
 from .pool import Outcome, WorkerPool
 from .retries import take_apart
-from .spec import LOGGING_KEYWORDS, RUNNER_KEYWORDS, RewardError, RewardInfrastructureError, RewardSpec, call_reward
+from .spec import (
+    CONVENTIONS,
+    LOGGING_KEYWORDS,
+    RUNNER_KEYWORDS,
+    RewardError,
+    RewardInfrastructureError,
+    RewardSpec,
+    call_reward,
+    passed_columns,
+    passes_group_size,
+)
+from .values import NonFiniteReward, check_value, value_stats
 
 log = logging.getLogger("grpokit.rewards")
 
@@ -77,35 +88,6 @@ class RewardResult:
         default_factory=dict
     )  # log_extra columns, one entry per completion (None: not logged)
     failed_NF: torch.Tensor | None = None  # (N, F) bool: the function failed there (it holds failure_value)
-
-
-class NonFiniteReward(ValueError):
-    """A reward function returned NaN, an infinity or a number beyond float32: counted as a failure."""
-
-
-_FLOAT32_MAX = 3.4028234663852886e38
-
-
-def _check_value(value: Any, nan_is_none: bool = False) -> float | None:
-    """None stays None; bools and real numbers become float; anything else (NaN, inf, 1e300 too) is an error,
-    but a NaN is None with ``nan_is_none`` (TRL's convention: it fills None with NaN, then skips every NaN)."""
-    if value is None:
-        return None
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, bool) or isinstance(value, (int, float)) or hasattr(value, "__float__"):
-        try:
-            out = float(value)
-        except (OverflowError, TypeError, ValueError) as exc:  # a huge int, a __float__ that raises
-            raise NonFiniteReward(f"reward cannot be read as a float ({type(exc).__name__})") from None
-        if math.isnan(out) and nan_is_none:
-            return None
-        if not math.isfinite(out):
-            raise NonFiniteReward(f"reward is {out}")
-        if abs(out) > _FLOAT32_MAX:  # rewards are float32 tensors: 1e300 would be an overflow error there
-            raise NonFiniteReward(f"reward {out:g} does not fit in float32")
-        return out
-    raise TypeError(f"reward must be a number or None, got {type(value).__name__}")
 
 
 @dataclass
@@ -177,8 +159,8 @@ class RewardRunner:
         max_logged_errors: int = 3,
         convention: str = "grpokit",
     ) -> None:
-        if convention not in keywords.CONVENTIONS:
-            raise ValueError(f"convention must be one of {', '.join(keywords.CONVENTIONS)}, got {convention!r}.")
+        if convention not in CONVENTIONS:
+            raise ValueError(f"convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}.")
         self.convention = convention
         if not specs:
             raise RewardError("RewardRunner needs at least one RewardSpec.")
@@ -197,9 +179,10 @@ class RewardRunner:
         self.failure_value = float(failure_value)
         self.max_failure_fraction = float(max_failure_fraction)
         self.max_logged_errors = max_logged_errors
-        self.nan_is_none = convention == "trl"
         self._logged: dict[str, int] = {n: 0 for n in names}
         self._in_process = [self._runs_in_process(spec, num_workers) for spec in self.specs]
+        # whether each function gets group_size (TRL's convention passes none but to grpokit's own that read it)
+        self._gets_group_size = [passes_group_size(spec.fn, convention) for spec in self.specs]
         self._num_workers = num_workers if num_workers > 0 and not all(self._in_process) else 0
         self._pool: WorkerPool | None = None
         self.reopen()
@@ -219,6 +202,7 @@ class RewardRunner:
         training: TRL calls the new one from the next batch); it runs in this process when it cannot be pickled."""
         self.specs[f] = replace(self.specs[f], fn=fn)
         self._in_process[f] = self._runs_in_process(self.specs[f], self._num_workers)
+        self._gets_group_size[f] = passes_group_size(fn, self.convention)
 
     def _runs_in_process(self, spec: RewardSpec, num_workers: int) -> bool:
         if num_workers == 0:
@@ -240,8 +224,6 @@ class RewardRunner:
     # -- running calls -------------------------------------------------------------------------------
     def _run(self, f: int, calls: list[dict[str, Any]]) -> list[Outcome]:
         fn, name = self.specs[f].fn, self.specs[f].name
-        if not keywords.passes_group_size(fn, self.convention):  # TRL's convention: TRL passes no group_size
-            calls = [{k: v for k, v in c.items() if k != "group_size"} for c in calls]
         if not self._in_process[f]:
             assert self._pool is not None
             outcomes = self._pool.run([(call_reward, (fn, c), {}) for c in calls], self.timeout_s)
@@ -257,6 +239,8 @@ class RewardRunner:
     ) -> _Tally:
         """Fill column f of rewards_NF; a call of several completions (a group, or the whole batch) that
         raised is taken apart (rewards/retries.py): each completion alone, then the healthy ones together."""
+        if not self._gets_group_size[f]:  # TRL's convention: TRL passes no group_size
+            kwargs_for = functools.partial(_without_group_size, kwargs_for)
         tally = _Tally()
         raised: list[list[int]] = []
         errors: list[str] = []
@@ -302,7 +286,7 @@ class RewardRunner:
             tally.fail([i], v.reason, kind="timeouts" if v.timed_out else None)
             return
         try:
-            value = _check_value(v, self.nan_is_none)
+            value = check_value(v, self.convention)
         except (TypeError, ValueError) as exc:
             tally.fail([i], str(exc), nonfinite=isinstance(exc, NonFiniteReward))
             return
@@ -358,20 +342,20 @@ class RewardRunner:
         functions log with ``log_metric`` becomes a metric of that name (the mean of the values);
         ``log_extra`` columns come back in ``RewardResult.extra``."""
         start = time.perf_counter()
-        columns = keywords.passed_columns(columns or {}, self.convention)
+        columns = passed_columns(columns or {}, self.convention)
         n = len(completions)
         _check_batch(n, group_size, prompts, completion_ids, columns)
 
-        def kwargs_for(idx: list[int], g: int) -> dict[str, Any]:
+        def kwargs_for(idx: list[int], g: int | None) -> dict[str, Any]:
+            """A call's keywords: the completions ``idx``, and ``group_size`` g unless None."""
             kw: dict[str, Any] = {k: [v[i] for i in idx] for k, v in columns.items()}
             kw.update(
                 prompts=[prompts[i] for i in idx],
                 completions=[completions[i] for i in idx],
                 completion_ids=[completion_ids[i] for i in idx],
-                group_size=g,
                 trainer_state=trainer_state,
             )
-            return kw
+            return kw if g is None else {**kw, "group_size": g}
 
         groups = [list(range(s, s + group_size)) for s in range(0, n, group_size)]
         if self.whole_batch and n:  # one call for the batch (TRL's unit), group_size still G
@@ -444,13 +428,6 @@ def _warn_unscored(unscored_N: torch.Tensor, prompts: list, completions: list) -
         )
 
 
-def value_stats(values_N: torch.Tensor, failed_N: torch.Tensor | None, name: str) -> dict[str, float]:
-    """``rewards/<name>/mean`` and ``/std`` (population) of one function's values over the completions it
-    scored: neither failed (``failed_N``; None: none did) nor not applicable (NaN); NaN when it scored none.
-    The runner's metrics, and rollout/collect.py's over the rows a step keeps (dynamic sampling, GFPO)."""
-    ok = ~values_N.isnan() if failed_N is None else ~failed_N & ~values_N.isnan()
-    scored = values_N[ok]
-    return {
-        f"rewards/{name}/mean": scored.mean().item() if len(scored) else float("nan"),
-        f"rewards/{name}/std": scored.std(unbiased=False).item() if len(scored) else float("nan"),
-    }
+def _without_group_size(kwargs_for: Callable[[list[int], int | None], dict], idx: list[int], g: int) -> dict:
+    """The call's keywords without ``group_size``, for a function that does not get it."""
+    return kwargs_for(idx, None)

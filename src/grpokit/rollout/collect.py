@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 
 from grpokit.algo.advantages import flat_groups
-from grpokit.rewards.runner import value_stats
+from grpokit.rewards.values import value_stats
 from grpokit.types import Prompt, ScoredBatch, gather_rows
 
 

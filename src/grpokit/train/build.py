@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from grpokit.config.io import to_dict
+from grpokit.config.judge import respelled_judge
 from grpokit.config.sections import Config, ConfigError
 from grpokit.data.prompts import PromptMaker
 from grpokit.data.vision import has_images, load_processor
@@ -197,6 +198,8 @@ def build_rewards(cfg: Config, reward_funcs, episodes) -> Rewards:
     )
     graders = domain_setup.domain_graders(cfg)  # one grader per domain, for the held-out set and each step
     domain_setup.warn_unjudged(cfg, specs)
+    if (respelled := respelled_judge(cfg)) is not None:  # an earlier run's judge now reaches more readers
+        print(f"grpokit: warning: {respelled}", flush=True)
     return Rewards(
         runner,
         reward_setup.eval_runner(cfg, runner),

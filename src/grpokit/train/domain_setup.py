@@ -15,7 +15,8 @@ from dataclasses import replace
 from typing import Callable
 
 from grpokit.config.base import named_as
-from grpokit.config.sections import Config, ConfigError, judge_readers
+from grpokit.config.judge import DYNAMIC_SAMPLING, judge_readers, spoken
+from grpokit.config.sections import Config, ConfigError
 from grpokit.data.curriculum import FrontierSampler
 from grpokit.data.domain_sampler import DomainSampler
 from grpokit.data.domains import COLUMN, INHERITED, OWN, Domain, DomainReward, parse_domains
@@ -213,7 +214,7 @@ def warn_unjudged(cfg: Config, specs: list[RewardSpec]) -> None:
     decides what only correctness should (a wrong answer with a format bonus of 0.5 passes a threshold of 0.5).
     Dynamic sampling is not warned about: its default, groups flat in the reward as trained, is those without a
     gradient."""
-    readers = [r for r in judge_readers(cfg) if r != "algo.dynamic_sampling=true"]
+    readers = judge_readers(cfg, besides=(DYNAMIC_SAMPLING,))
     counts: dict[str | None, list[str]] = {}
     for s in specs:
         if s.weight:
@@ -223,7 +224,7 @@ def warn_unjudged(cfg: Config, specs: list[RewardSpec]) -> None:
         return
     verb = "judges" if len(readers) == 1 else "judge"
     print(
-        f"grpokit: warning: {' and '.join(readers)} {verb} a completion by the reward as trained (reward.judge is "
+        f"grpokit: warning: {spoken(readers, 'and')} {verb} a completion by the reward as trained (reward.judge is "
         f"empty), the weighted sum of {', '.join(summed)}: a shaping term there counts towards a pass and keeps a "
         "group from being all wrong; set reward.judge to the functions that say whether an answer is right "
         "(e.g. [task])",

@@ -35,7 +35,7 @@ from typing import Callable
 import torch
 
 from grpokit.config.rollout import RolloutConfig
-from grpokit.rewards.inputs import model_answer, reward_inputs, reward_prompts, row_prompts
+from grpokit.rewards.inputs import model_answer, reward_inputs, reward_prompts
 from grpokit.rollout.hf import generate
 from grpokit.rollout.sampling import SamplingParams, sampling_params
 from grpokit.types import Prompt, repeat_columns
@@ -160,7 +160,7 @@ def _score_chunk(chunk: list[Prompt], sample, episodes, params, tokenizer, runne
         else sample([p.ids for p in chunk], 1, params, vision=vision)
     )
     comp = [tokenizer.decode(c, skip_special_tokens=True) for c in ro.completion_ids]
-    columns = {**repeat_columns(chunk), **row_prompts(chunk, convention)}
+    columns = repeat_columns(chunk)  # no "prompt" column: only TRL's _calculate_rewards reads it (training's)
     parse = episodes.parse_message if episodes is not None else None
     scored_comp = reward_inputs(ro, comp, chunk, convention, parse)[0] if ro.episodes is None else comp
     tool_use: list[float] = []

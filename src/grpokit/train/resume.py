@@ -172,7 +172,7 @@ def load_run_config(run_dir: Path, doing: str = "resuming") -> Config:
             f"{str(f)!r} is {what}, so it is torn or was emptied; restore the run's config.yaml "
             f"({doing} with defaults would silently use another config)"
         )
-    cfg = from_dict(data)
+    cfg = from_dict(data, source=f"the run's {str(f)!r}")
     for entry in _history(run_dir, doing):
         for dotted, change in (entry.get("changed") or {}).items():
             _apply_change(cfg, run_dir / HISTORY_FILE, entry.get("step"), dotted, change, doing)

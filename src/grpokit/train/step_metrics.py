@@ -22,7 +22,7 @@ from grpokit.record.samples import sample_rows
 from grpokit.record.signatures import group_signatures, solved_signatures
 from grpokit.record.vision_samples import with_images
 from grpokit.rewards.inputs import reward_prompts
-from grpokit.rewards.runner import value_stats
+from grpokit.rewards.values import value_stats
 from grpokit.rollout.episode_metrics import episode_metrics
 from grpokit.types import ScoredBatch
 
@@ -67,7 +67,7 @@ def logged_samples(
     functions' logged values; with ``images`` (record.samples_images), image prompts as PNGs with
     boxes drawn, for the report."""
     ro, G = sb.rollout, sb.group_size
-    seq_adv = row_advantages(inputs.advantages)
+    seq_adv = inputs.row_advantages  # computed once a step (grpokit.trl's _logs read it too)
     per_func = {n: sb.rewards_NF[:, f].tolist() for f, n in enumerate(sb.names)}
     shown = reward_prompts(sb.prompts, G, "grpokit", ro.episodes)  # N: with a reset() observation where one joined
     rows = sample_rows(
@@ -85,13 +85,6 @@ def logged_samples(
     )
     rows = add_logged_columns(rows, sb.extra, G)
     return with_images(rows, sb.prompts, run_dir, step) if images else rows
-
-
-def row_advantages(advantages: torch.Tensor) -> torch.Tensor:
-    """The advantage each row trained on, (N,) on the CPU: the update's own (N,) advantages, or a token-level
-    (N, T) advantage averaged over the row. samples.jsonl and grpokit.trl's ``_logs["advantages"]`` show it."""
-    adv = advantages.detach().float().cpu()
-    return adv if adv.dim() == 1 else adv.mean(dim=1)
 
 
 @dataclass(frozen=True)

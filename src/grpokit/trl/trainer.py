@@ -69,7 +69,6 @@ from .contract.surface import (
 from .inputs import (
     LORA_FIELDS,
     HubPushError,
-    check_reward_templates,
     env_owns_reward,
     push_folder,
     resume_source,
@@ -77,6 +76,7 @@ from .inputs import (
     row_loader,
 )
 from .mapping import TRL_NAMES
+from .reward_model import check_reward_templates
 from .trainer_args import (
     is_stream,
     model_name,
@@ -195,7 +195,6 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         """grpokit's Trainer (resumed from the run folder ``resume``), with TRL's step bridge as its
         callback and the hooks that count TRL's tokens and keep its completion logs."""
         from grpokit.train.loop import Trainer
-        from grpokit.train.step_metrics import row_advantages
 
         self._reread_args()
         self.bridge = self._new_bridge()
@@ -231,7 +230,7 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
 
         trainer.on_sampled.append(count)
         # the batch as trained, with the advantages the update reads (TRL logs the ones it computed)
-        trainer.on_inputs.append(lambda sb, inp, rows: add_to_logs(self._logs, sb, row_advantages(inp.advantages)))
+        trainer.on_inputs.append(lambda sb, inp, rows: add_to_logs(self._logs, sb, inp.row_advantages))
         held_rewards.connect(self, trainer)  # reward_funcs / reward_weights read at every batch, as TRL's
         held_generation.apply(self, trainer)  # generation_config's sampling fields written so far
         overrides.into_slots(self, trainer)  # reward calls per batch; the subclass's overrides as the stages

@@ -9,6 +9,7 @@ from grpokit.config.sections import Config, DataConfig, ModelConfig, RecordConfi
 from grpokit.nn.kernels import MODES as CPU_MATMUL_MODES
 from grpokit.nn.models import ATTN_IMPLEMENTATIONS
 from grpokit.nn.vocab import MODES as VOCAB_MODES
+from grpokit.rewards.spec import CONVENTIONS
 
 from .checks import check, one_of, unread
 
@@ -118,7 +119,7 @@ def check_record_data(cfg: Config) -> None:
     check_unread_record(cfg.record)
     d = cfg.data
     one_of("data.chat_template", d.chat_template, ("auto", "always", "never", "conversational"))
-    one_of("reward.convention", cfg.reward.convention, ("grpokit", "trl"))
+    one_of("reward.convention", cfg.reward.convention, CONVENTIONS)
     check(d.eval_size >= 0, f"data.eval_size={d.eval_size} must be >= 0")
     if d.curriculum == "off":  # train/domain_setup.make_sampler reads them for the frontier sampler only
         names = ("curriculum_key", "curriculum_threshold", "curriculum_decay", "curriculum_floor")

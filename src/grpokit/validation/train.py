@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from grpokit.config.health import LIVE_ONLY, HealthConfig
+from grpokit.config.judge import JUDGE_READERS, judge_readers, spoken
 from grpokit.config.optim import LAMBDA_ADAM, OPTIMIZER_FIELDS, OptimConfig
-from grpokit.config.sections import Config, ConfigError, RewardConfig, judge_readers
+from grpokit.config.sections import Config, ConfigError, RewardConfig
 from grpokit.optim.optimizers import OPTIMIZERS, missing_package
 from grpokit.optim.schedule import SCHEDULE_FIELDS, SCHEDULES, WSD_SHAPES
 
@@ -204,5 +205,5 @@ def check_judge(cfg: Config) -> None:
         "trained",
     )
     if not judge_readers(cfg):
-        why = "unless algo.dynamic_sampling=true, data.curriculum=frontier or algo.error_correction is on"
+        why = f"unless {spoken([name for name, _ in JUDGE_READERS])} is on"
         unread("reward", cfg.reward, RewardConfig(), ["judge"], f"{why} (nothing else judges a completion)", "set one")

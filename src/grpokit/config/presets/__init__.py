@@ -38,8 +38,9 @@ from typing import Any, Sequence
 from grpokit.config.algo import UNREAD_UNLESS, Unread
 from grpokit.config.data_sources import unread_fields
 from grpokit.config.io import assigned, set_field, strict_yaml
+from grpokit.config.judge import judge_readers
 from grpokit.config.optim import unread_optimizer_fields
-from grpokit.config.sections import Config, ConfigError, beside_domains, judge_readers
+from grpokit.config.sections import Config, ConfigError, beside_domains
 
 HERE = Path(__file__).parent
 PAPER_SCALE = ("train.prompts_per_step", "rollout.max_new_tokens", "optim.lr")
@@ -132,8 +133,8 @@ def unread(fields: dict[str, Any], cfg: Config, rules: Sequence[Unread] = UNREAD
     data.domains gets no data.task, data.task_params ... (smollm2-math's): its domains have their own
     (config/sections.py BESIDE_DOMAINS "own"); a run on data.dataset gets none of a task's (nor the data.task its
     rows replace), a run on a task no data.split (config/data_sources.py), a run without held-out rows no
-    train.eval_every, a run where nothing judges completions (sections.judge_readers) no reward.judge, and a run on
-    sgd, adafactor ... no optim.adam_beta2 (config/optim.py OPTIMIZER_FIELDS)."""
+    train.eval_every, a run where nothing judges completions (config/judge.py judge_readers) no reward.judge, and a
+    run on sgd, adafactor ... no optim.adam_beta2 (config/optim.py OPTIMIZER_FIELDS)."""
     trial = copy.deepcopy(cfg)
     for key, value in fields.items():
         set_field(trial, key, value)
