@@ -621,7 +621,8 @@ def test_a_logps_override_with_a_truncating_sampler_is_refused_when_installed():
 
     facade = SimpleNamespace(_overrides={"_get_per_token_logps_and_entropies": None})
     runner = SimpleNamespace()
-    trainer = SimpleNamespace(runner=runner, eval_runner=runner, replays_support=True, prompts=[])
+    cfg = SimpleNamespace(algo=SimpleNamespace(distill_top_k=0))
+    trainer = SimpleNamespace(runner=runner, eval_runner=runner, replays_support=True, prompts=[], cfg=cfg)
     with pytest.raises(ConfigError) as e:
         into_slots(facade, trainer)
     assert str(e.value) == (
