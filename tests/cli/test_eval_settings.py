@@ -12,6 +12,7 @@ from grpokit.cli.eval_settings import Target, check_overrides, eval_config, grad
 from grpokit.config import Config, ConfigError
 from grpokit.config.io import apply_overrides
 from grpokit.data.tasks import get_task
+from grpokit.rollout import engine as rollout_engine
 from grpokit.train.resume import write_config
 from grpokit.types import Rollout
 from grpokit.validation import validate
@@ -106,7 +107,7 @@ def _scripted(monkeypatch, answer_of):
         ids = [tok(t)["input_ids"] + [tok.eos_token_id] for t in texts]
         return Rollout(prompt_ids, ids, [[0.0] * len(i) for i in ids], ["eos"] * len(ids), n)
 
-    monkeypatch.setattr(eval_cli, "generate", fake_generate)
+    monkeypatch.setattr(rollout_engine, "generate", fake_generate)
 
 
 def test_the_given_reward_grades_not_the_tasks_verifier(monkeypatch, tmp_path):
@@ -166,8 +167,8 @@ def test_a_run_is_evaluated_with_its_generation_kwargs_unless_the_flag_gives_oth
     # what the sampler is handed, and the output's line
     seen = []
     _scripted(monkeypatch, lambda gold: gold)
-    scripted = eval_cli.generate
-    monkeypatch.setattr(eval_cli, "generate", lambda *a, **kw: seen.append(kw) or scripted(*a, **kw))
+    scripted = rollout_engine.generate
+    monkeypatch.setattr(rollout_engine, "generate", lambda *a, **kw: seen.append(kw) or scripted(*a, **kw))
     argv = ["--limit", "1", "--k", "1", "--generation-kwargs", '{"no_repeat_ngram_size": 3}']
     assert eval_cli.main(argv) == 0
     assert seen and all(
