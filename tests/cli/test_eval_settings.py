@@ -177,6 +177,16 @@ def test_a_run_is_evaluated_with_its_generation_kwargs_unless_the_flag_gives_oth
     assert "new tokens, generate() with {'no_repeat_ngram_size': 3}" in capsys.readouterr().out
 
 
+def test_no_generation_kwargs_keep_the_runs_own_decoder(tmp_path):
+    # '{}' drops generate()'s settings: a run on generate() is evaluated by grpokit's own loop ("auto"), one on the
+    # static or dynamic decoder keeps it (before: "auto" whatever the run used)
+    for engine, expected in (("static", "static"), ("dynamic", "dynamic"), ("generate", "auto")):
+        (tmp_path / engine).mkdir()
+        run, _ = _run(tmp_path / engine, f"rollout.engine={engine}")
+        assert _settings(["--model", str(run), "--generation-kwargs", "{}"], run)[1].engine == expected, engine
+        assert _settings(["--model", str(run)], run)[1].engine == engine  # without the flag: the run's
+
+
 def test_overrides_eval_reads_pass():
     check_overrides(["data.system_prompt=Be brief.", "model.dtype=float32", "env.max_turns=2", "reward.params={}"])
 
