@@ -133,6 +133,8 @@ def test_needed_logprobs_follow_the_declarations_of_the_running_stages():
     assert needed_logprobs(StepSettings(AlgoConfig(beta=0.1, kl_placement="reward"))) == (True, True, False)
     assert needed_logprobs(StepSettings(AlgoConfig(entropy_advantage=True))) == (True, False, True)
     assert needed_logprobs(StepSettings(AlgoConfig(), tis=TISSettings(cap=2.0))) == (True, False, False)
+    # a slice trained after an update (TRL's steps_per_generation > gradient_accumulation_steps) needs pi_old
+    assert needed_logprobs(StepSettings(AlgoConfig(), stale_slices=True)) == (True, False, False)
     assert needed_logprobs(StepSettings(AlgoConfig(), mismatch=MismatchSettings(mode="token"))) == (True, False, False)
     # estimators and masks declare what they read (registry.StageSpec); entropies imply pi_old
     assert needed_logprobs(StepSettings(AlgoConfig(advantage="gigpo"))) == (False, False, False)

@@ -6,6 +6,7 @@ import pytest
 
 from grpokit.cli import eval as eval_cli
 from grpokit.data.tasks import get_task
+from grpokit.rollout import engine as rollout_engine
 from grpokit.types import Rollout
 from helpers.reward_columns import spy_reward_columns
 from helpers.vision_spy import spy_image_forwards
@@ -28,7 +29,7 @@ def test_eval_matches_hand_computed_values(monkeypatch, tmp_path, capsys):
         ids = [tok(t)["input_ids"] + [tok.eos_token_id] for t in texts]
         return Rollout(prompt_ids, ids, [[0.0] * len(i) for i in ids], ["eos"] * len(ids), n)
 
-    monkeypatch.setattr(eval_cli, "generate", fake_generate)
+    monkeypatch.setattr(rollout_engine, "generate", fake_generate)
     out = tmp_path / "eval.json"
     assert eval_cli.main(["--limit", "2", "--k", "1,2,4", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
@@ -70,7 +71,7 @@ def test_eval_reads_the_split_asked_for_and_leaves_ungraded_prompts_out(monkeypa
         ids = [tok(t)["input_ids"] + [tok.eos_token_id] for t in texts]
         return Rollout(prompt_ids, ids, [[0.0] * len(i) for i in ids], ["eos"] * len(ids), n)
 
-    monkeypatch.setattr(eval_cli, "generate", fake_generate)
+    monkeypatch.setattr(rollout_engine, "generate", fake_generate)
     argv = ["--task", "", "--dataset", str(tmp_path / "dd"), "--reward", "math_accuracy", "--k", "1", "--json"]
     assert eval_cli.main([*argv, "--split", "test", "--samples", "2"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -285,7 +286,7 @@ def test_eval_votes_on_the_graders_answer_end_to_end(monkeypatch, tmp_path, caps
         return Rollout(prompt_ids, ids, [[0.0]] * len(ids), ["eos"] * len(ids), n)
 
     monkeypatch.setattr(eval_cli, "load_eval_model", load_with_script)
-    monkeypatch.setattr(eval_cli, "generate", fake_generate)
+    monkeypatch.setattr(rollout_engine, "generate", fake_generate)
     argv = ["--dataset", str(tmp_path / "d.jsonl"), "--reward", "math_accuracy", "--k", "1,4", "--json"]
     assert eval_cli.main(argv) == 0
     res = json.loads(capsys.readouterr().out)

@@ -12,6 +12,7 @@ from grpokit.cli.eval_settings import Target, check_overrides, eval_config, grad
 from grpokit.config import Config, ConfigError, presets
 from grpokit.config.io import apply_overrides
 from grpokit.data.tasks import get_task
+from grpokit.rollout import engine as rollout_engine
 from grpokit.train.resume import write_config
 from grpokit.types import Rollout
 from grpokit.validation import validate
@@ -106,7 +107,7 @@ def _scripted(monkeypatch, answer_of):
         ids = [tok(t)["input_ids"] + [tok.eos_token_id] for t in texts]
         return Rollout(prompt_ids, ids, [[0.0] * len(i) for i in ids], ["eos"] * len(ids), n)
 
-    monkeypatch.setattr(eval_cli, "generate", fake_generate)
+    monkeypatch.setattr(rollout_engine, "generate", fake_generate)
 
 
 def test_the_given_reward_grades_not_the_tasks_verifier(monkeypatch, tmp_path):
@@ -166,14 +167,24 @@ def test_a_run_is_evaluated_with_its_generation_kwargs_unless_the_flag_gives_oth
     # what the sampler is handed, and the output's line
     seen = []
     _scripted(monkeypatch, lambda gold: gold)
-    scripted = eval_cli.generate
-    monkeypatch.setattr(eval_cli, "generate", lambda *a, **kw: seen.append(kw) or scripted(*a, **kw))
+    scripted = rollout_engine.generate
+    monkeypatch.setattr(rollout_engine, "generate", lambda *a, **kw: seen.append(kw) or scripted(*a, **kw))
     argv = ["--limit", "1", "--k", "1", "--generation-kwargs", '{"no_repeat_ngram_size": 3}']
     assert eval_cli.main(argv) == 0
     assert seen and all(
         (kw["engine"], kw["generation_kwargs"]) == ("generate", {"no_repeat_ngram_size": 3}) for kw in seen
     )
     assert "new tokens, generate() with {'no_repeat_ngram_size': 3}" in capsys.readouterr().out
+
+
+def test_no_generation_kwargs_keep_the_runs_own_decoder(tmp_path):
+    # '{}' drops generate()'s settings: a run on generate() is evaluated by grpokit's own loop ("auto"), one on the
+    # static or dynamic decoder keeps it (before: "auto" whatever the run used)
+    for engine, expected in (("static", "static"), ("dynamic", "dynamic"), ("generate", "auto")):
+        (tmp_path / engine).mkdir()
+        run, _ = _run(tmp_path / engine, f"rollout.engine={engine}")
+        assert _settings(["--model", str(run), "--generation-kwargs", "{}"], run)[1].engine == expected, engine
+        assert _settings(["--model", str(run)], run)[1].engine == engine  # without the flag: the run's
 
 
 def test_overrides_eval_reads_pass():

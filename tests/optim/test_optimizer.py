@@ -126,6 +126,27 @@ def test_lambda_grpos_own_adam_reads_the_betas_whatever_the_optimizer():
         validate(cfg)
 
 
+def test_one_rule_says_which_optimizer_fields_go_unread():
+    # config/optim.py unread_optimizer_fields, read by validation (refused when set) and presets (left unset): the
+    # optimizers' fields are the betas, adam_eps, momentum, dampening, nesterov, lr_decay, eps, rms_alpha, centered;
+    # sgd reads momentum, dampening, nesterov; lambda-GRPO's own Adam adds the two betas, never adam_eps
+    from grpokit.config.optim import unread_optimizer_fields
+
+    assert unread_optimizer_fields("sgd", "token-mean") == [
+        "adam_beta1",
+        "adam_beta2",
+        "adam_eps",
+        "centered",
+        "eps",
+        "lr_decay",
+        "rms_alpha",
+    ]
+    assert unread_optimizer_fields("sgd", "lambda-grpo") == ["adam_eps", "centered", "eps", "lr_decay", "rms_alpha"]
+    # adamw reads the three Adam fields: the rest, whatever the aggregation
+    unread = ["centered", "dampening", "eps", "lr_decay", "momentum", "nesterov", "rms_alpha"]
+    assert unread_optimizer_fields("adamw", "lambda-grpo") == unread_optimizer_fields("adamw", "") == unread
+
+
 def test_a_preset_fills_no_adam_setting_an_optimizer_does_not_read():
     # trl-default and smollm2-math set optim.adam_beta2=0.999 (TRL's); a run on sgd or adafactor gets none of it
     # (the refusal is for values the user sets), a run on adamw gets it, and lambda-GRPO's own Adam reads it on sgd

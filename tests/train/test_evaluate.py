@@ -4,6 +4,7 @@ accuracy and reward and counted as ``ungraded``, never scored wrong; held-out go
 import math
 
 import pytest
+import torch
 
 from grpokit.config import Config
 from grpokit.config.sections import ConfigError
@@ -140,3 +141,32 @@ def test_the_held_out_evaluation_hands_its_grader_no_prompt_column(monkeypatch):
     with RewardRunner([RewardSpec(right, "right")], num_workers=0, convention="trl") as runner:
         scored = _score_chunk(chunk, sample, None, SamplingParams(), Tok(), runner, "trl")
     assert scored.rewards == [1.0] and seen == [{"answer": ["7"]}]  # before: {"answer": [...], "prompt": [...]}
+
+
+def test_the_held_out_evaluation_decodes_with_the_runs_own_hf_engine_and_its_own_generator(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    # rollout.backend=hf: the engine sampling the run is the hf engine the evaluation decodes with, built once when
+    # the run is (before: a new one at every evaluation); its draws come from a generator of the evaluation's own,
+    # so training's sampling RNG is where it was and a resumed run samples as the uninterrupted one
+    from grpokit.train import Trainer, engines
+    from helpers.runs import ROWS, tiny_cfg
+
+    cfg = tiny_cfg(tiny_model_dir, tmp_path / "run", **{"rollout.max_new_tokens": 4})
+    cfg.data.dataset = ""
+    tr = Trainer(
+        cfg,
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+        train_rows=ROWS,
+        eval_rows=ROWS[:2],
+        quiet=True,
+    )
+    assert tr.engine is tr.hf
+    built, samplers = [], []
+    monkeypatch.setattr(engines, "hf_engine", lambda *a, **kw: built.append(a))
+    turn_sampler = tr.hf.turn_sampler
+    monkeypatch.setattr(tr.hf, "turn_sampler", lambda *a: samplers.append(a) or turn_sampler(*a))
+    state = tr.generator.get_state()
+    tr._evaluate()
+    assert built == [] and len(samplers) == 1 and samplers[0][1] is not tr.generator
+    assert torch.equal(tr.generator.get_state(), state)

@@ -13,11 +13,12 @@ command-line parser (TrlParser building trl's own GRPOConfig) is not exercised h
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from grpokit.trl import GRPOConfig, GRPOTrainer
-from grpokit.trl.bridge import final_entry, trl_step_metrics
+from grpokit.trl.log_history import final_entry
 from grpokit.trl.trainer import Accelerator
 from helpers.trl_models import FakeHub, small_args
 
@@ -100,7 +101,17 @@ def test_final_entry_is_trls():
 
 
 def test_a_later_update_of_a_round_logs_only_its_own_metrics():
-    sampled = {"reward": 0.5, "loss": 9.0, "clip_ratio/low_mean": 0.1, "clip_ratio/high_mean": 0.3}
+    # a round of 2 updates logged every step, driven by the loop's events: step 1 (ended when update 2 begins) logs
+    # the round's sampling metrics (reward) with update 1's own; step 2 (ended by the round's end) update 2's own and
+    # the round's own time/step. The loop's line (its mean over the updates: loss 9.0, clip ratios) adds none of it
+    from types import SimpleNamespace
+
+    from grpokit.train.callbacks import Control
+    from grpokit.trl.bridge import StepBridge
+    from grpokit.trl.default_callbacks import DefaultFlowCallback
+
+    bridge = StepBridge(GRPOConfig("o", logging_steps=1, max_steps=2), [DefaultFlowCallback()], 2, dict, print, {})
+    state, control = SimpleNamespace(epoch=0.0), Control()
     # the update's own clip ratios: the means and TRL's per-sequence extremes (algo/loss.py), passed through
     update = {
         "loss": 2.0,
@@ -109,21 +120,20 @@ def test_a_later_update_of_a_round_logs_only_its_own_metrics():
         "clip_ratio/low_min": 0.0,
         "clip_ratio/high_max": 0.5,
     }
-    # the round's last step: the round's metrics given, the update's own loss over them
-    first = trl_step_metrics(sampled, update, 1.5)
-    assert first["reward"] == 0.5 and first["loss"] == 2.0 and first["step_time"] == 1.5
+    bridge.on_step_begin(None, state, control)
+    bridge.sampled_round({"reward": 0.5})
+    bridge.on_update_begin(None, state, control)
+    bridge.on_optimizer_step(None, state, control, metrics=update)
+    bridge.on_update_begin(None, state, control)  # step 1 ends
+    bridge.on_optimizer_step(None, state, control, metrics={**update, "loss": 4.0})
+    line = {"reward": 0.5, "loss": 9.0, "clip_ratio/low_mean": 0.1, "clip_ratio/high_mean": 0.3, "time/step": 3.0}
+    bridge.on_step_end(None, state, control, metrics=line)  # the round ends: step 2 ends
+    first, second = bridge.state.log_history[:2]
+    assert (first["step"], first["reward"], first["loss"], "time/step" in first) == (1, 0.5, 2.0, False)
     assert (first["clip_ratio/low_min"], first["clip_ratio/high_max"]) == (0.0, 0.5)  # not the means
-    # a step ended by the next update's beginning (StepBridge.on_update_begin) is given no metrics of the round
-    # (they already wait in _metrics["train"]): its entry is its update's own
-    later = trl_step_metrics({}, update, 0.5)
-    assert set(later) == {
-        "loss",
-        "clip_ratio/low_mean",
-        "clip_ratio/high_mean",
-        "clip_ratio/low_min",
-        "clip_ratio/high_max",
-        "step_time",
-    }
+    assert (second["step"], "reward" in second, second["loss"], second["time/step"]) == (2, False, 4.0, 3.0)
+    assert (second["clip_ratio/low_mean"], second["clip_ratio/high_mean"]) == (0.25, 0.125)  # the update's own
+    assert first["step_time"] >= 0.0 and second["step_time"] >= 0.0
 
 
 def test_train_returns_trainoutput_and_log_history_carries_epoch(chat_model, tmp_path):
@@ -208,10 +218,40 @@ def test_attn_implementation_is_refused_for_a_model_object_and_checked_by_name(c
 def test_take_means_by_hand():
     # TRL's log: reward [1, 2] -> 1.5, an empty list is left out, and the same dict is cleared (a subclass may
     # hold _metrics["train"]); bridge.take_metrics, on_train_end and GRPOTrainer.log all take them so
-    from grpokit.trl.bridge import take_means
+    from grpokit.trl.log_history import take_means
 
     metrics = {"reward": [1.0, 2.0], "kl": []}
     assert take_means(metrics) == {"reward": 1.5} and metrics == {}
     # a step whose rewards were all None logged NaN: TRL 1.16 leaves it out of the window's mean, None when no
     # value is left (a plain mean made the whole window NaN)
     assert take_means({"reward": [float("nan"), 1.0], "none": [float("nan")]}) == {"reward": 1.0, "none": None}
+
+
+def test_log_history_values_by_hand():
+    # transformers' own values of an entry: the window's mean loss (1 + 3) / 2 = 2, the last learning_rate; a NaN
+    # step loss after [1, 3] counts as (1 + 3) / (2 + 1) = 4/3 (logging_nan_inf_filter), as is without the filter
+    from grpokit.trl.log_history import add_values, filtered_loss, own_entry
+
+    own, pending = {}, {}
+    add_values({"loss": 1.0, "learning_rate": 0.2, "reward": 0.5, "num_tokens": 10.0, "name": "x"}, own, pending)
+    add_values({"loss": 3.0, "learning_rate": 0.1, "reward": 1.5, "num_tokens": 30.0}, own, pending)
+    assert own_entry(own) == {"loss": 2.0, "learning_rate": 0.1}
+    assert pending == {"reward": [0.5, 1.5], "num_tokens": [30.0]}  # a running total: its latest value only
+    assert filtered_loss(float("nan"), [1.0, 3.0], True) == pytest.approx(4 / 3)
+    assert filtered_loss(2.5, [1.0, 3.0], True) == 2.5 and math.isnan(filtered_loss(float("nan"), [1.0], False))
+
+
+@pytest.mark.parametrize(
+    "value, period, state_period",
+    [
+        (0.25, 3, 3),  # ceil(10 * 0.25) = ceil(2.5) = 3
+        (4, 4, 4),
+        (-0.25, 2, -2),  # transformers' negative period ceil(-2.5) = -2: its size 2, TrainerState's -2
+        (0, 0, 1),  # TrainerState's logging / eval period: every step
+        (None, 500, 500),  # transformers' default
+    ],
+)
+def test_every_steps_on_a_10_step_run(value, period, state_period):
+    from grpokit.trl.args.rule import every_steps
+
+    assert (every_steps(value, 10), every_steps(value, 10, state=True)) == (period, state_period)

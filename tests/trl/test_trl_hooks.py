@@ -469,7 +469,7 @@ def test_callback_events_fire_at_trls_points_with_trls_keywords(chat_model, tmp_
     events in the same order, with the same keyword arguments given (model, processing_class, optimizer,
     lr_scheduler, train_dataloader, eval_dataloader once an evaluation ran, metrics, logs)."""
     trl = pytest.importorskip("trl")
-    from grpokit.trl.bridge import TRL_EVENTS
+    from grpokit.trl.default_callbacks import TRL_EVENTS
 
     seen = {}
     for name, module in (("trl", trl), ("grpokit", __import__("grpokit.trl").trl)):
@@ -511,7 +511,7 @@ def test_callbacks_fire_around_each_optimizer_update_of_a_round_as_trl(chat_mode
     on_log around each update with global_step advanced per update: grpokit.trl's loop fires them from each
     update (the last step's round cut short by max_steps, as TRL's)."""
     trl = pytest.importorskip("trl")
-    from grpokit.trl.bridge import TRL_EVENTS
+    from grpokit.trl.default_callbacks import TRL_EVENTS
 
     seen, history = {}, {}
     rounds = dict(rounds)  # a generation batch of 4 slices of 2 completions needs 4 prompts
@@ -621,7 +621,8 @@ def test_a_logps_override_with_a_truncating_sampler_is_refused_when_installed():
 
     facade = SimpleNamespace(_overrides={"_get_per_token_logps_and_entropies": None})
     runner = SimpleNamespace()
-    trainer = SimpleNamespace(runner=runner, eval_runner=runner, replays_support=True, prompts=[])
+    cfg = SimpleNamespace(algo=SimpleNamespace(distill_top_k=0))
+    trainer = SimpleNamespace(runner=runner, eval_runner=runner, replays_support=True, prompts=[], cfg=cfg)
     with pytest.raises(ConfigError) as e:
         into_slots(facade, trainer)
     assert str(e.value) == (

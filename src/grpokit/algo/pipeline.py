@@ -96,6 +96,8 @@ class StepSettings:
     sampler_truncates: bool = False  # rollout top-k / top-p / min-p: the sampler's logprobs are renormalised
     # over a truncated support, so pi_old is taken before the update with its mass on that support (LogProbs)
     end_ids: frozenset[int] = frozenset()  # the ids that end a completion (EOS and pad): algo.truncated_by=last_token
+    stale_slices: bool = False  # an update falls between the batch's sampling and one of its slices (TRL's
+    # steps_per_generation > gradient_accumulation_steps; train/update_windows.stale_slices): pi_old from before it
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,7 @@ def needed_logprobs(s: StepSettings) -> tuple[bool, bool, bool]:
     entropy = unknown or any(spec.needs_entropy for spec in specs)
     old = a.num_iterations > 1 or entropy or s.tis.cap > 0 or any(spec.needs_old for spec in specs)
     old = old or s.sampler_truncates  # the sampler ratio needs pi_old's mass on the truncated support
+    old = old or s.stale_slices  # a slice trained after an update: its ratio is to the policy that sampled it
     return old, a.beta > 0 or a.distill_coef > 0, entropy  # the teacher's logprobs are the reference's
 
 

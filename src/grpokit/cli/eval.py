@@ -44,7 +44,7 @@ from grpokit.rewards.inputs import reward_inputs, reward_prompts
 from grpokit.rewards.math import completion_text, prompt_text
 from grpokit.rewards.runner import RewardRunner
 from grpokit.rewards.spec import RewardSpec, reward_name
-from grpokit.rollout.hf import generate
+from grpokit.rollout.engine import HFEngine
 from grpokit.rollout.sampling import sampling_params
 from grpokit.train import run_checkpoints
 from grpokit.train.models import eos_ids, load_model, load_tokenizer, quiet_transformers, resolve_device, resolve_dtype
@@ -131,23 +131,15 @@ def run_eval(args: argparse.Namespace) -> dict:
     episodes = episode_setup.episode_runner(cfg, tokenizer, None, None, run_data.task_of(cfg))
     prompts = build.prompt_maker(cfg, tokenizer, episodes.row_schemas)(rows)  # images: the model's processor
     check_eval_prompts(cfg, model, prompts, completion_room(cfg, sampling.max_new_tokens, episodes.multi_turn, True))
-    gen = torch.Generator(device=device).manual_seed(args.seed)
-
-    def sample(ctx, G, p, images=None, **kw):  # the run's decode loop: rollout.engine, generate()'s generation_kwargs
-        return generate(
-            model,
-            ctx,
-            G,
-            p,
-            eos_token_ids=eos_ids(tokenizer, model),
-            pad_token_id=tokenizer.pad_token_id,
-            generator=gen,
-            engine=sampling.engine,
-            generation_kwargs=sampling.generation_kwargs or None,
-            **kw,
-            decode=lambda x: tokenizer.decode(x, skip_special_tokens=True),
-        )
-
+    # the run's decode loop, as training's held-out evaluation takes it: rollout.engine, generate()'s generation_kwargs
+    sample = HFEngine(
+        eos_token_ids=eos_ids(tokenizer, model),
+        pad_token_id=tokenizer.pad_token_id,
+        decode=lambda x: tokenizer.decode(x, skip_special_tokens=True),
+        generator=torch.Generator(device=device).manual_seed(args.seed),
+        decoder=sampling.engine,
+        generation_kwargs=sampling.generation_kwargs,
+    ).turn_sampler(model)
     params = sampling_params(sampling)
     answers, correct = _sample_and_grade(prompts, episodes, sample, tokenizer, (fn, votes), params, n, cfg.reward)
     graded = [i for i, c in enumerate(correct) if None not in c]  # None: the grader could not grade it

@@ -237,7 +237,10 @@ def sampling_settings(args: argparse.Namespace, trained: RolloutConfig | None) -
         given["generation_kwargs"] = _json_object(given["generation_kwargs"])
         check_generation_kwargs(given["generation_kwargs"], "--generation-kwargs")
     kwargs = given.get("generation_kwargs", base.generation_kwargs)
-    engine = "generate" if kwargs else "auto" if "generation_kwargs" in given else base.engine
+    # generate()'s settings need its engine; '{}' drops them: grpokit's own loop, the run's decoder where it had one
+    engine = (
+        "generate" if kwargs else "auto" if "generation_kwargs" in given and base.engine == "generate" else base.engine
+    )
     r = RolloutConfig(**{**values, **given}, engine=engine)
 
     def said(name: str, value: Any) -> str:

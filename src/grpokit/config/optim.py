@@ -41,11 +41,12 @@ LAMBDA_ADAM = ("adam_beta1", "adam_beta2")
 """What lambda-GRPO's own Adam reads of the optim section, whatever the optimizer (algo/stage_state.py)."""
 
 
-def unread_optimizer_fields(optimizer: str, lambda_grpo: bool = False) -> list[str]:
+def unread_optimizer_fields(optimizer: str, aggregation: str) -> list[str]:
     """The optimizers' fields that ``optimizer`` does not read (none for a name not in the table), less the betas
-    when ``lambda_grpo`` (algo.aggregation=lambda-grpo) reads them. Example: "sgd" -> adam_beta1 ... centered."""
+    under ``aggregation`` (algo.aggregation) lambda-grpo, whose own Adam reads them: the one rule validation refuses
+    by and a preset fills by. Example: "sgd" -> adam_beta1 ... centered; "sgd" beside lambda-grpo: adam_eps ..."""
     reads = set(OPTIMIZER_FIELDS.get(optimizer, [n for names in OPTIMIZER_FIELDS.values() for n in names]))
-    reads |= set(LAMBDA_ADAM) if lambda_grpo else set()
+    reads |= set(LAMBDA_ADAM) if aggregation == "lambda-grpo" else set()
     return sorted({n for names in OPTIMIZER_FIELDS.values() for n in names} - reads)
 
 

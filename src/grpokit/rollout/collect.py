@@ -144,7 +144,8 @@ def collect(
     if many and dynamic_sampling:
         out = _share_rounds(rounds_kept, last, P, G, dist)
     else:
-        out = concat([b for b in rounds_kept if b.prompts] or [last])  # none informative: the last round as drawn
+        kept = [b for b in rounds_kept if b.prompts] or [last]  # none informative: the last round as drawn
+        out = kept[0] if len(kept) == 1 else concat(kept)  # one round: the very batch (trainer_forwards.step_logprobs)
         if len(out.prompts) > P:
             out = select(out, list(range(P)))
         out.metrics = _merge_metrics([b.metrics for b in rounds_kept])  # every round's completions scored

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from grpokit.algo.pipeline import LogProbs, MismatchSettings, StepSettings, TISSettings, needed_logprobs, update_inputs
+from grpokit.algo.pipeline import MismatchSettings, StepSettings, TISSettings, update_inputs
 from grpokit.algo.stage_state import StageState
 from grpokit.config.main_guard import refuse_in_worker_start
 from grpokit.config.sections import Config
@@ -28,15 +28,7 @@ from grpokit.rollout.finish import end_ids
 from grpokit.rollout.staleness import staleness_metrics
 from grpokit.types import ScoredBatch
 
-from . import (
-    build,
-    checkpoint,
-    distill_pass,
-    distributed,
-    engines,
-    reference,
-    step_metrics,
-)
+from . import build, checkpoint, distributed, engines, step_metrics
 from .callbacks import Callbacks, RunState
 from .memory import cuda_provider
 from .model_options import noise_on
@@ -44,7 +36,6 @@ from .models import load_tokenizer, refresh_reference
 from .reaper import RunReaper
 from .stopping import GracefulStop, StepAbandoned
 from .timer import Timer
-from .token_batch import make_token_batch
 from .trainer_forwards import TrainerForwards
 from .trainer_outputs import TrainerOutputs
 from .trainer_sampling import TrainerSampling
@@ -214,25 +205,9 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
         sb = self._scored_batch()  # 1-3. prompts, rollout, rewards (+ EDGE's guided error correction)
         self.engine.sleep_for_update()  # colocated vLLM frees its memory once every round is sampled
         settings = self._step_settings()
-        with timer("update"):  # 5a. the log-probabilities the stages need, before any update
-            batch = make_token_batch(sb.rollout, self.tokenizer.pad_token_id, self.device)
-            need_old, need_ref, want_entropy = needed_logprobs(settings)
-            need_old = need_old or stale_slices(
-                cfg.train.updates_per_batch, a.num_iterations, cfg.train.accumulation_slices
-            )
-            old_logp, entropy, support = self.old_logprobs(batch, want_entropy) if need_old else (None, None, None)
-            ref_logp, top = None, None
-            if a.distill_top_k:  # the teacher's top-k and its log pi_ref, one pass (train/distill_pass.py)
-                k, temperature, rows = a.distill_top_k, self.loss_temperature, cfg.train.micro_batch_size
-                with self.autocast():
-                    ref_logp, top = distill_pass.teacher_top_k(
-                        self.ref_model, batch, k, temperature, a.distill_coef, rows
-                    )
-            elif need_ref:
-                ref_logp = reference.reference_logprobs(
-                    self.model, self.ref_model, batch, self.logprobs, self.ref_adapter
-                )
-        inputs = update_inputs(settings, sb, batch, LogProbs(old_logp, ref_logp, entropy, support, top))  # 4.
+        with timer("update"):  # 5a. the log-probabilities the stages need, before any update (once a step)
+            batch, logprobs = self.step_logprobs(sb, settings)
+        inputs = update_inputs(settings, sb, batch, logprobs)  # 4.
         every = step_metrics.job_rows(sb, self.dist)  # every rank's rows: what the ranks' own figures cannot give
         for hook in self.on_inputs:
             hook(sb, inputs, every)
@@ -391,6 +366,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             tis=TISSettings(cap=r.tis_cap if engines.uses_tis(cfg) else 0.0, mode=r.tis_mode, floor=r.tis_min),
             sampler_truncates=self.replays_support,
             end_ids=end_ids(self.eos, self.tokenizer.pad_token_id),
+            stale_slices=stale_slices(cfg.train.updates_per_batch, a.num_iterations, cfg.train.accumulation_slices),
         )
 
     def _step_metrics(

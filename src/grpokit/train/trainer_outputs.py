@@ -68,8 +68,9 @@ class TrainerOutputs:
         with engines.sampling_model(
             self.model, self.dist
         ) as model:  # on CPU in batches of 32: a line every few seconds
-            # training's hf engine (rollout.engine, generation_kwargs), whatever engine samples the run (vLLM ...)
-            hf = engines.hf_engine(self.cfg, self.eos, self.tokenizer.pad_token_id, self._decode, torch.Generator())
+            # training's hf engine (rollout.engine, generation_kwargs; the run's engine itself with
+            # rollout.backend=hf), whatever samples the run (vLLM ...), with a generator of its own: an evaluation
+            # draws nothing from training's
             return evaluate(
                 model,
                 self.tokenizer,
@@ -81,7 +82,7 @@ class TrainerOutputs:
                 convention=self.cfg.reward.convention,
                 batch_size=256 if self.device.type == "cuda" else 32,
                 progress=say,
-                sample=hf.turn_sampler(model),
+                sample=self.hf.turn_sampler(model, torch.Generator()),
             )
 
     def save(self, final_eval: dict[str, float] | None = None) -> Path:

@@ -182,11 +182,10 @@ class TrainerSetup:
             )
         if self.dist.is_main:
             engines.warn_ratio_one(cfg)  # clip, GSPO, SAPO ... settings that one update per batch leaves inert
-        # the hf engine first: an async sampler's thread, started by make_engine, samples through it
-        self.engine: RolloutEngine = engines.hf_engine(
-            cfg, self.eos, self.tokenizer.pad_token_id, self._decode, self.generator
-        )
-        self.engine = engines.make_engine(
+        # the hf engine first: an async sampler's thread, started by make_engine, samples through it, and the held-out
+        # evaluations decode with it whatever samples the run (trainer_outputs.py)
+        self.hf = engines.hf_engine(cfg, self.eos, self.tokenizer.pad_token_id, self._decode, self.generator)
+        self.engine: RolloutEngine = engines.make_engine(
             cfg,
             self.model,
             self.step,
@@ -194,7 +193,7 @@ class TrainerSetup:
             self.device,
             self.dist,
             self.run_dir,
-            self.engine,
+            self.hf,
             (self._sample_async, self.sampler.next_batch),
             self._async_state(),
             self.tokenizer,

@@ -7,7 +7,8 @@ TRL step begins, ends and logs around its own update, with ``state.global_step``
 TRL's callbacks see it; ``logging_steps``, ``eval_steps``, ``save_steps`` run at TRL's steps, and it writes
 ``log_history`` as TRL does: per logged step the mean of every metric since the last log (the
 step's sampling metrics ride on its first update, as TRL logs them), then TRL's final entry
-(``train_runtime`` ...). grpokit's own metrics stay in the entries beside TRL's.
+(``train_runtime`` ...). grpokit's own metrics stay in the entries beside TRL's. This module is the events'
+flow; the entries' values are log_history.py's, a round's metrics reward_stats.py's and round_tokens.py's.
 """
 
 from __future__ import annotations
@@ -25,69 +26,15 @@ from grpokit.config.sections import ConfigError
 from grpokit.train.callbacks import Callbacks
 from grpokit.train.step_metrics import STEP_ONLY
 
+from .args.rule import every_steps
 from .best import update_best
-from .default_callbacks import RESETS, DefaultFlowCallback, TrlControl
-from .reward_stats import trl_reward_metrics
-from .round_tokens import sampled_tokens, terminated_lengths
+from .default_callbacks import RESETS, TRL_EVENTS, DefaultFlowCallback, TrlControl
+from .log_history import add_values, filtered_loss, final_entry, own_entry, take_means
+from .memory import empty_device_cache
+from .reward_stats import round_metrics
+from .round_tokens import round_counts, sampled_tokens, terminated_lengths
 
 log = logging.getLogger("grpokit.trl")
-
-TRL_EVENTS = (
-    "on_init_end",
-    "on_train_begin",
-    "on_epoch_begin",
-    "on_step_begin",
-    "on_substep_end",
-    "on_pre_optimizer_step",
-    "on_optimizer_step",
-    "on_step_end",
-    "on_epoch_end",
-    "on_evaluate",
-    "on_prediction_step",
-    "on_log",
-    "on_save",
-    "on_push_begin",
-    "on_train_end",
-)
-"""transformers' TrainerCallback events the bridge fires at TRL's points (on_predict has no predict() here)."""
-
-
-def trl_step_metrics(metrics: dict[str, float], update: dict[str, float], step_time: float) -> dict[str, float]:
-    """One TRL step's entry: ``metrics`` (the round's own, timings ..., on its last step; none on the others:
-    the round's sampling metrics already wait in ``_metrics``), the update's own (loss, grad_norm, clip ratios ...
-    with ``clip_ratio/low_min`` and ``/high_max``, TRL's lowest / highest per-sequence clipped share:
-    algo/loss.py clip_metrics) over them, and ``step_time``."""
-    return {**metrics, **update, "step_time": step_time}
-
-
-def take_means(metrics: dict[str, list[float]]) -> dict[str, float]:
-    """TRL's ``log``: each value list's mean of ``_metrics[mode]`` over its values that are not NaN (a step whose
-    rewards were all None leaves out that step, not the window), None where none is left; then cleared (a
-    subclass may hold the dict)."""
-    valid = {k: [x for x in v if not math.isnan(x)] for k, v in metrics.items() if v}
-    metrics.clear()
-    return {k: sum(v) / len(v) if v else None for k, v in valid.items()}
-
-
-def final_entry(
-    steps: int, losses: list[float], runtime: float, completions_per_step: int, total_flos: float = 0.0
-) -> dict[str, float]:
-    """TRL's last log_history entry: throughput of the ``steps`` trained in this call (a resumed run's
-    own, as transformers) over ``runtime`` seconds, the mean loss of those steps, the run's ``total_flos``."""
-    seconds = max(runtime, 1e-9)
-    return {
-        "train_runtime": round(runtime, 4),
-        "train_samples_per_second": round(steps * completions_per_step / seconds, 3),
-        "train_steps_per_second": round(steps / seconds, 3),
-        # TRL's GRPO batches carry no input_ids, so transformers adds 0 FLOPs a step: a resumed run's stored total
-        "total_flos": float(total_flos),
-        "train_loss": sum(losses) / len(losses) if losses else 0.0,
-    }
-
-
-OWN_KEYS = ("loss", "grad_norm", "learning_rate")
-"""What transformers' Trainer logs itself (not TRL's ``_metrics``): the window's mean loss, the last step's
-grad_norm and learning_rate."""
 
 
 class StepBridge:
@@ -106,9 +53,9 @@ class StepBridge:
         self.args = args
         self.state = TrainerState(
             max_steps=max_steps,
-            logging_steps=_every(args.logging_steps, max_steps),
-            eval_steps=_every(args.eval_steps or args.logging_steps, max_steps),
-            save_steps=_save_period(args.save_steps, max_steps),
+            logging_steps=every_steps(args.logging_steps, max_steps, state=True),
+            eval_steps=every_steps(args.eval_steps or args.logging_steps, max_steps, state=True),
+            save_steps=_save_period(500 if args.save_steps is None else args.save_steps, max_steps),
             train_batch_size=args.per_device_train_batch_size,
             num_train_epochs=args.num_train_epochs,
         )
@@ -152,30 +99,12 @@ class StepBridge:
         )
 
     def attach(self, trainer) -> None:
-        """Told by grpokit's ``trainer`` of each round's sampling metrics (reduced over ranks) before its first
-        update, and of grpokit's epoch."""
-        from grpokit.train import distributed
-        from grpokit.train.step_metrics import rank_weights, sampling_metrics
-
-        min_tokens, self.dist = trainer.cfg.health.same_length_min_tokens, trainer.dist
-
-        def sampled(sb, inputs, rows) -> None:  # rows: every rank's (the reward statistics, "solved", TRL's metrics)
-            metrics = sampling_metrics(sb, inputs, min_tokens, rows)
-            metrics = distributed.reduce_metrics(trainer.dist, metrics, rank_weights(sb))
-            weights = [s.weight for s in trainer.runner.specs]
-            metrics.update(
-                trl_reward_metrics(
-                    rows.rewards_NF, weights, sb.names, sb.group_size, *self.reward_scaling(), failed_NF=rows.failed_NF
-                )
-            )
-            self.sampled_round(metrics)
-
-        trainer.on_inputs.append(sampled)
-
-    def reward_scaling(self) -> tuple[str, str]:
-        """TRL's scale_rewards (True: group, False: none) and multi_objective_aggregation."""
-        scale = {True: "group", False: "none"}.get(self.args.scale_rewards, self.args.scale_rewards)
-        return scale, self.args.multi_objective_aggregation
+        """Told by grpokit's ``trainer`` of each round's sampling metrics (reward_stats.round_metrics, reduced over
+        ranks) before its first update."""
+        self.dist = trainer.dist
+        trainer.on_inputs.append(
+            lambda sb, inputs, rows: self.sampled_round(round_metrics(trainer, self.args, sb, inputs, rows))
+        )
 
     # ---- grpokit loop events
     def on_train_begin(self, args, state, control, **kw):
@@ -201,13 +130,7 @@ class StepBridge:
         """The round is sampled and scored (its metrics, reduced over ranks): TRL logs them with the round's
         first optimizer step; ``num_tokens`` (every process's tokens, TRL's running total) and the terminated
         lengths of every process's completions join them. Collective under torchrun (every rank calls it)."""
-        calls, tokens = float(len(self.sampled)), sum(t for t, _ in self.sampled)
-        done = [n for _, lengths in self.sampled for n in lengths]
-        if self.dist is not None and self.dist.active:  # TRL gathers the lengths and sums the tokens of every process
-            import torch
-
-            calls, tokens = self.dist.sum_floats([calls, tokens])  # one all-reduce
-            done = [int(n) for n in self.dist.gather_varlen(torch.tensor(done, dtype=torch.long)).tolist()]
+        calls, tokens, done = round_counts(self.sampled, self.dist)  # TRL's: every process's
         extras: dict[str, float] = {}
         if calls:
             self.state.num_input_tokens_seen += int(tokens)
@@ -298,7 +221,9 @@ class StepBridge:
         self.state.global_step += 1
         step = self.state.global_step
         self.state.epoch = self.epoch_of(step)
-        self._accumulate(trl_step_metrics(rest, update, seconds))
+        # the round's own metrics (on its last step), the update's own over them (loss, grad_norm, clip ratios with
+        # TRL's per-sequence extremes clip_ratio/low_min and /high_max: algo/loss.py clip_metrics), its seconds
+        self._accumulate({**rest, **update, "step_time": seconds})
         self.user("on_step_end")
         self._log_save_evaluate()
         self._maybe_end_epoch()
@@ -355,26 +280,15 @@ class StepBridge:
         self.user("on_log", logs=entry)
 
     def _accumulate(self, metrics: dict[str, float]) -> None:
-        """Values for the next log entry: transformers' own (OWN_KEYS) kept apart, the rest into TRL's
-        ``_metrics["train"]``, where ``num_tokens``, a running total, holds its latest value only (as TRL's)."""
+        """Values for the next log entry (log_history.add_values), a step loss filtered as
+        logging_nan_inf_filter says and kept for train_loss."""
         if "loss" in metrics:
-            metrics = {**metrics, "loss": self._filtered(metrics["loss"])}
+            metrics = {
+                **metrics,
+                "loss": filtered_loss(metrics["loss"], self.own.get("loss", []), self.args.logging_nan_inf_filter),
+            }
             self.losses.append(metrics["loss"])
-        for key, value in metrics.items():
-            if isinstance(value, (int, float)):
-                store = self.own if key in OWN_KEYS else self.pending
-                if key == "num_tokens":
-                    store[key] = []
-                store.setdefault(key, []).append(float(value))
-
-    def _filtered(self, loss: float) -> float:
-        """transformers' logging_nan_inf_filter: a NaN or inf step loss counts, in the logged mean and in
-        train_loss, as the sum of the log window's earlier losses over their count plus one (its running
-        total over the steps since the last log, this one included); False keeps it as is."""
-        if math.isfinite(loss) or not self.args.logging_nan_inf_filter:
-            return loss
-        window = self.own.get("loss", [])
-        return sum(window) / (len(window) + 1)
+        add_values(metrics, self.own, self.pending)
 
     def _log_save_evaluate(self) -> None:
         """transformers' ``_maybe_log_save_evaluate``: what the callbacks' control asks after a TRL step (the
@@ -423,30 +337,13 @@ class StepBridge:
         trainer's log() (TRL's, or a subclass's over it) adds the means of ``_metrics["train"]`` and clears it,
         so a subclass's log() still reads the window's metrics there before ``super().log``."""
         if any(self.own.values()) or any(self.pending.values()):
-            logs = {k: (sum(v) / len(v) if k == "loss" else v[-1]) for k, v in self.own.items() if v}
+            logs = own_entry(self.own)
             self.own.clear()
             self.emit(logs, training=True)
         self.pending.clear()
 
 
-def empty_device_cache() -> None:
-    """torch_empty_cache_steps: release the CUDA caching allocator's unused blocks (nothing to do on CPU)."""
-    import torch
-
-    torch.cuda.empty_cache() if torch.cuda.is_available() else None
-
-
-def _save_period(value: float | None, steps: int) -> int:
-    """transformers' ``state.save_steps``: below 1, ceil(steps * value), so 0 (no step checkpoint) shows 0."""
-    value = 500 if value is None else value
-    return math.ceil(value * steps) if value < 1 else int(value)
-
-
-def _every(value: float | None, steps: int) -> int:
-    """transformers' convention: a value below 1 is a fraction of the run's steps."""
-    from .args.rule import negative_period
-
-    value = 500 if value is None else value
-    if value < 0:  # TRL's state holds the negative period; ``step % period == 0`` reads it the same
-        return negative_period(value, steps)
-    return max(1, math.ceil(value * steps)) if 0 < value < 1 else max(1, int(value))
+def _save_period(value: float, steps: int) -> int:
+    """transformers' ``state.save_steps``: as logging_steps' (args/rule.py every_steps), but a value <= 0 is its
+    ceil(steps * value), 0 included and never refused: transformers' flow callback saves at no step then."""
+    return every_steps(value, steps, state=True) if value > 0 else math.ceil(value * steps)

@@ -29,6 +29,26 @@ from typing import Any, Callable
 from transformers import TrainerControl, integrations, trainer_callback
 from transformers.trainer_callback import PrinterCallback
 
+TRL_EVENTS = (
+    "on_init_end",
+    "on_train_begin",
+    "on_epoch_begin",
+    "on_step_begin",
+    "on_substep_end",
+    "on_pre_optimizer_step",
+    "on_optimizer_step",
+    "on_step_end",
+    "on_epoch_end",
+    "on_evaluate",
+    "on_prediction_step",
+    "on_log",
+    "on_save",
+    "on_push_begin",
+    "on_train_end",
+)
+"""transformers' TrainerCallback events grpokit.trl fires at TRL's points (bridge.py; on_predict: no predict())."""
+
+
 RESETS = {
     "on_train_begin": ("should_training_stop",),
     "on_epoch_begin": ("should_epoch_stop",),

@@ -24,7 +24,7 @@ from grpokit.types import Prompt
 
 from . import memory
 from .inputs import row_loader, rows_of
-from .reward_stats import trl_reward_metrics
+from .reward_stats import reward_scaling, trl_reward_metrics
 from .round_tokens import sampling_extras
 
 CLIP_KEYS = (
@@ -182,7 +182,7 @@ def evaluate_rows(facade: Any, data: Any, metric_key_prefix: str) -> dict[str, f
             a.per_device_eval_batch_size,
             metric_key_prefix,
             on_batch=lambda: facade.bridge.user("on_prediction_step"),
-            scaling=facade.bridge.reward_scaling(),
+            scaling=reward_scaling(facade.args),
             loss_of=loss_hook(facade),
         )
         metrics[f"{metric_key_prefix}_num_tokens"] = float(facade.state.num_input_tokens_seen)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from transformers.trainer_utils import TrainerMemoryTracker
 
-__all__ = ["TrainerMemoryTracker", "abandon", "stop"]
+__all__ = ["TrainerMemoryTracker", "abandon", "empty_device_cache", "stop"]
 
 
 def stop(tracker: TrainerMemoryTracker, stage: str, metrics: dict | None = None) -> None:
@@ -31,3 +31,10 @@ def abandon(tracker: TrainerMemoryTracker, stage: str) -> None:
     then), with no metrics."""
     if not tracker.skip_memory_metrics and tracker.cur_stage == stage:
         tracker.stop(stage)
+
+
+def empty_device_cache() -> None:
+    """torch_empty_cache_steps: release the CUDA caching allocator's unused blocks (nothing to do on CPU)."""
+    import torch
+
+    torch.cuda.empty_cache() if torch.cuda.is_available() else None

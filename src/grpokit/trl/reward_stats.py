@@ -10,11 +10,16 @@ computes them (training and evaluation alike), over the rewards of every process
   each group's std with ``scale_rewards`` group or none, the batch's with batch; with
   ``multi_objective_aggregation="normalize_then_sum"`` the batch std of the summed per-function z-scores.
 
+``reward_scaling`` reads the GRPOConfig's scale_rewards and multi_objective_aggregation they depend on;
+``round_metrics`` puts them over grpokit's sampling metrics of a training round (bridge.py logs them).
+
 grpokit's own ``reward_std`` is another statistic (the mean of the within-group stds, docs/MONITORING.md);
 under grpokit.trl the log entries carry these, TRL's.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -67,3 +72,27 @@ def trl_reward_metrics(
     out["reward_std"] = nanstd(total_N).item()
     out["frac_reward_zero_std"] = torch.isclose(std_N, torch.zeros_like(std_N)).float().mean().item()
     return out
+
+
+def reward_scaling(args: Any) -> tuple[str, str]:
+    """TRL's scale_rewards of GRPOConfig ``args`` (True: group, False: none, else its name) and its
+    multi_objective_aggregation: what ``trl_reward_metrics`` scales by, in training and evaluation."""
+    scale = {True: "group", False: "none"}.get(args.scale_rewards, args.scale_rewards)
+    return scale, args.multi_objective_aggregation
+
+
+def round_metrics(trainer: Any, args: Any, sb: Any, inputs: Any, rows: Any) -> dict[str, float]:
+    """A sampled round's metrics under grpokit.trl, as TRL logs them with the round's first step: grpokit's
+    sampling metrics of ``sb`` (its update ``inputs``) reduced over ranks, then TRL's reward metrics over every
+    rank's ``rows`` (train/step_metrics.job_rows) in their place. Collective under torchrun."""
+    from grpokit.train import distributed
+    from grpokit.train.step_metrics import rank_weights, sampling_metrics
+
+    metrics = sampling_metrics(sb, inputs, trainer.cfg.health.same_length_min_tokens, rows)
+    metrics = distributed.reduce_metrics(trainer.dist, metrics, rank_weights(sb))
+    weights = [s.weight for s in trainer.runner.specs]
+    scale, aggregation = reward_scaling(args)
+    metrics.update(
+        trl_reward_metrics(rows.rewards_NF, weights, sb.names, sb.group_size, scale, aggregation, rows.failed_NF)
+    )
+    return metrics

@@ -18,6 +18,20 @@ def sampled_tokens(rollout, lengths: list[int]) -> tuple[float, list[int]]:
     return float(prompt_tokens + sum(len(c) for c in rollout.completion_ids)), done
 
 
+def round_counts(sampled: list[tuple[float, list[int]]], dist=None) -> tuple[float, float, list[int]]:
+    """A round's sampling calls (``sampled_tokens`` of each), combined over the ranks of ``dist`` (a DistContext;
+    None or inactive: this process alone): the calls, their tokens (one all-reduce of both) and every process's
+    terminated lengths (gathered, as TRL). Collective under torchrun."""
+    calls, tokens = float(len(sampled)), sum(t for t, _ in sampled)
+    done = [n for _, lengths in sampled for n in lengths]
+    if dist is not None and dist.active:
+        import torch
+
+        calls, tokens = dist.sum_floats([calls, tokens])
+        done = [int(n) for n in dist.gather_varlen(torch.tensor(done, dtype=torch.long)).tolist()]
+    return calls, tokens, done
+
+
 def terminated_lengths(done: list[int]) -> dict[str, float]:
     """TRL's ``completions/{mean,min,max}_terminated_length`` over the terminated completions' lengths ``done``
     (every process's, as TRL gathers them); 0 when none terminated, as TRL."""

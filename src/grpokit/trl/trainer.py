@@ -52,7 +52,7 @@ from . import best, callback_states, default_callbacks, memory, resumed_state
 from .args.batch import check_whole_batch, epoch_updates, micro_steps_per_epoch, state_epochs, trl_epoch
 from .args.checks import check_gated
 from .args_reading import ArgsReading, Given
-from .bridge import StepBridge, take_means
+from .bridge import StepBridge
 from .checkpoint_links import HubPush
 from .config import GRPOConfig
 from .contract import assignable, attributes, held_generation, held_rewards, hooks, overrides
@@ -75,6 +75,7 @@ from .inputs import (
     reward_funcs_of,
     row_loader,
 )
+from .log_history import take_means
 from .mapping import TRL_NAMES
 from .reward_model import check_reward_templates
 from .trainer_args import (

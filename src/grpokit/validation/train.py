@@ -6,7 +6,7 @@ import dataclasses
 
 from grpokit.config.health import LIVE_ONLY, HealthConfig
 from grpokit.config.judge import JUDGE_READERS, judge_readers, spoken
-from grpokit.config.optim import LAMBDA_ADAM, OPTIMIZER_FIELDS, OptimConfig
+from grpokit.config.optim import OPTIMIZER_FIELDS, OptimConfig, unread_optimizer_fields
 from grpokit.config.sections import Config, ConfigError, RewardConfig
 from grpokit.optim.optimizers import OPTIMIZERS, missing_package
 from grpokit.optim.schedule import SCHEDULE_FIELDS, SCHEDULES, WSD_SHAPES
@@ -17,7 +17,7 @@ from .checks import check, one_of, unread
 def check_optim_train(cfg: Config) -> None:
     """optim.* and train.*."""
     r, t, o = cfg.rollout, cfg.train, cfg.optim
-    check_optim(o, lambda_adam=cfg.algo.aggregation == "lambda-grpo")
+    check_optim(o, cfg.algo.aggregation)
     check(t.steps >= 0, f"train.steps={t.steps} must be >= 0")
     check(0 <= t.seed < 2**32, f"train.seed={t.seed} must be an integer in [0, 2**32 - 1] (NumPy's seed range)")
     check(t.prompts_per_step >= 1, f"train.prompts_per_step={t.prompts_per_step} must be at least 1")
@@ -58,9 +58,9 @@ def check_optim_train(cfg: Config) -> None:
     )
 
 
-def check_optim(o: OptimConfig, lambda_adam: bool = False) -> None:
+def check_optim(o: OptimConfig, aggregation: str = "") -> None:
     """optim.*: the optimizer, the schedule, their ranges, and no option set where nothing reads it
-    (``lambda_adam``: lambda-GRPO's own Adam reads optim.adam_beta1 and adam_beta2 whatever the optimizer)."""
+    (``aggregation``: algo.aggregation, whose lambda-grpo reads the betas: config/optim.py unread_optimizer_fields)."""
     check(o.lr > 0, f"optim.lr={o.lr} must be > 0")
     check(o.max_grad_norm >= 0, f"optim.max_grad_norm={o.max_grad_norm} must be >= 0 (0 = off)")
     one_of("optim.optimizer", o.optimizer, tuple(OPTIMIZERS))
@@ -99,23 +99,29 @@ def check_optim(o: OptimConfig, lambda_adam: bool = False) -> None:
         not o.nesterov or (o.momentum > 0 and o.dampening == 0),
         f"optim.nesterov=true needs optim.momentum > 0 and optim.dampening = 0 (got {o.momentum}, {o.dampening})",
     )
-    _unread(o, "schedule", SCHEDULE_FIELDS)
-    _unread(o, "optimizer", OPTIMIZER_FIELDS, skip=LAMBDA_ADAM if lambda_adam else ())
+    _unread(o, "schedule", SCHEDULE_FIELDS, _unread_schedule_fields(o.schedule))
+    _unread(o, "optimizer", OPTIMIZER_FIELDS, unread_optimizer_fields(o.optimizer, aggregation))
     if not o.weight_decay:  # optim/decay.py's groups only say which parameters a decay reaches
         why, fix = "with optim.weight_decay=0 (nothing decays)", "set optim.weight_decay > 0"
         unread("optim", o, OptimConfig(), ("decay_norms_and_biases",), why, fix)
 
 
-def _unread(o: OptimConfig, kind: str, reads: dict[str, tuple[str, ...]], skip: tuple[str, ...] = ()) -> None:
-    """An option of some optimizers (or schedules) set away from its default where ``o``'s does not read it."""
+def _unread(o: OptimConfig, kind: str, reads: dict[str, tuple[str, ...]], names: list[str]) -> None:
+    """The first of ``names`` (options ``o``'s optimizer or schedule, ``kind``, does not read; ``reads``: which
+    of its kind read each) set away from its default, refused naming those that read it."""
     default = OptimConfig()
-    for name in sorted({n for names in reads.values() for n in names} - set(skip)):
-        if getattr(o, name) != getattr(default, name) and name not in reads[getattr(o, kind)]:
-            users = ", ".join(k for k, names in reads.items() if name in names)
+    for name in names:
+        if getattr(o, name) != getattr(default, name):
+            users = ", ".join(k for k, fields in reads.items() if name in fields)
             raise ConfigError(
                 f"optim.{name}={getattr(o, name)!r} has no effect with optim.{kind}={getattr(o, kind)}; "
                 f"it is read by optim.{kind} {users}"
             )
+
+
+def _unread_schedule_fields(schedule: str) -> list[str]:
+    """The schedules' options that ``schedule`` does not read (optim/schedule.py SCHEDULE_FIELDS)."""
+    return sorted({n for fields in SCHEDULE_FIELDS.values() for n in fields} - set(SCHEDULE_FIELDS[schedule]))
 
 
 def _accumulation(cfg: Config) -> None:

@@ -148,8 +148,7 @@ def unread(fields: dict[str, Any], cfg: Config, rules: Sequence[Unread] = UNREAD
         off.add("reward.judge")
     if (trial.data.dataset and not trial.data.eval_dataset) or trial.data.eval_size == 0:
         off.add("train.eval_every")  # no held-out rows to evaluate (train/run_data.py refuse_idle_evaluation)
-    lambda_grpo = trial.algo.aggregation == "lambda-grpo"  # its own Adam reads the betas (config/optim.py)
-    off |= {f"optim.{name}" for name in unread_optimizer_fields(trial.optim.optimizer, lambda_grpo)}
+    off |= {f"optim.{name}" for name in unread_optimizer_fields(trial.optim.optimizer, trial.algo.aggregation)}
     return [key for key in fields if key in off]
 
 

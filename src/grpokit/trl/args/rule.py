@@ -38,11 +38,18 @@ def copied(**pairs: str) -> Callable[[TrlArgs, dict], dict[str, Any]]:
     return lambda a, ctx: {f: getattr(a, n) for f, n in pairs.items()}
 
 
-def every_steps(value: float, steps: int) -> int:
-    """A step count, or a fraction of the run's steps (transformers' convention for values below 1)."""
+def every_steps(value: float | None, steps: int, state: bool = False) -> int:
+    """A step count, or a fraction of the run's steps (transformers' convention for values below 1; None:
+    transformers' default, 500); a negative value gives its period's size (``negative_period``). With ``state``,
+    logging_steps / eval_steps as transformers' TrainerState holds them: a negative period keeps its sign
+    (``step % period == 0`` reads it the same) and 0 is 1 (every step). Examples on a 10-step run: 0.25 ->
+    ceil(2.5) = 3; 4 -> 4; -0.25 -> ceil(-2.5) = -2, its size 2, with state -2; 0 -> 0, with state 1."""
+    value = 500 if value is None else value
     if value < 0:
-        return -negative_period(value, steps)
-    return max(1, math.ceil(value * steps)) if 0 < value < 1 else int(value)
+        period = negative_period(value, steps)
+        return period if state else -period
+    every = max(1, math.ceil(value * steps)) if 0 < value < 1 else int(value)
+    return max(1, every) if state else every
 
 
 def negative_period(value: float, steps: int) -> int:

@@ -86,9 +86,7 @@ def split_rows(batch: dict[str, Any], k: int) -> list[dict[str, Any]]:
 def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, Any]:
     """grpokit.trl's own ``_generate_and_score_completions``: the rows' prompts sampled G times and
     scored by grpokit's stages, the step's log-probabilities and advantages; TRL's batch dict back."""
-    from grpokit.algo.pipeline import LogProbs, needed_logprobs, update_inputs
-    from grpokit.train import reference
-    from grpokit.train.token_batch import make_token_batch
+    from grpokit.algo.pipeline import update_inputs
 
     t = facade._get()
     if facade._gen_call is None:  # called directly: TRL's rows, each prompt repeated num_generations times
@@ -101,13 +99,10 @@ def generate_and_score(facade: Any, inputs: list[dict[str, Any]]) -> dict[str, A
     sample, prompts, G = call
     sb = sample(prompts, G)
     settings = t._step_settings()
-    batch = make_token_batch(sb.rollout, t.tokenizer.pad_token_id, t.device)
-    need_old, need_ref, want_entropy = needed_logprobs(settings)
-    with torch.no_grad():
-        # pi_old as the loop takes it: with the sampler's truncated support replayed (TIS, mismatch/*)
-        old, ent, support = t.old_logprobs(batch, want_entropy) if need_old else (None, None, None)
-        ref = reference.reference_logprobs(t.model, t.ref_model, batch, t.logprobs, t.ref_adapter) if need_ref else None
-    upd = update_inputs(settings, sb, batch, LogProbs(old, ref, ent, support))
+    # the loop's own passes (pi_old as it takes it, the reference or the teacher's top-k), kept for the loop's
+    # step_logprobs of the same batch, which then repeats neither
+    batch, logprobs = t.step_logprobs(sb, settings, keep=facade._gen_call is not None)
+    upd = update_inputs(settings, sb, batch, logprobs)
     facade._gen_scored = sb
     return trl_batch(upd, slice(None), float(upd.loss_mask.sum().item()))
 

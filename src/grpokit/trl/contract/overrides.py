@@ -15,7 +15,7 @@ from grpokit.config.sections import ConfigError
 
 from .generation import TrlGenerate, TrlSingleTurn
 from .passes import TrlPasses
-from .stages import NO_IMAGES, TrlLoss, TrlRewards
+from .stages import NO_IMAGES, NO_TOP_K, TrlLoss, TrlRewards
 
 SLOTTED = {"_calculate_rewards", "_generate_single_turn", "_tokenize_prompts", "_generate_and_score_completions"}
 """The honoured methods whose adapter is put in a stage's slot when the run is built (beside LOSS_HOOKS)."""
@@ -39,9 +39,11 @@ def into_slots(facade: Any, trainer: Any) -> None:
     # a loss override, or the flag (nearly always a class attribute) not True, already says TRL's loss path will
     # run: refused before step 1 samples, not at its first slice (TrlLoss still checks each slice for a flag
     # changed once the run is built)
-    images = any(p.vision is not None for p in trainer.prompts[:1])
-    if images and (names & LOSS_HOOKS or facade.loss_is_scaled_for_ga is not True):
+    trl_loss = bool(names & LOSS_HOOKS) or facade.loss_is_scaled_for_ga is not True
+    if trl_loss and any(p.vision is not None for p in trainer.prompts[:1]):
         raise ConfigError(NO_IMAGES)
+    if trl_loss and trainer.cfg.algo.distill_top_k:
+        raise ConfigError(NO_TOP_K)
     if "_get_per_token_logps_and_entropies" in names:  # pi_old and the reference through it too, as TRL's
         if trainer.replays_support:  # refused before the run starts: every step's pi_old pass would need it
             raise ConfigError(

@@ -174,6 +174,14 @@ NO_IMAGES = (
 )
 """TRL's loss path refused for image prompts (TrlLoss at each slice, overrides.into_slots when the run is built)."""
 
+NO_TOP_K = (
+    "algo.distill_top_k's forward KL to the teacher is a term of grpokit's own loss, which TRL's loss path (a "
+    "GRPOTrainer subclass's compute_loss / _compute_loss / _get_per_token_logps_and_entropies / "
+    "_generate_and_score_completions, or a loss_is_scaled_for_ga other than True) does not compute; drop the "
+    "override or set distill_top_k to 0"
+)
+"""TRL's loss path refused with the teacher's top-k (TrlLoss at each slice, overrides.into_slots when built)."""
+
 
 class TrlLoss:
     """Stage 5 as TRL's training step: ``__call__`` has ``train/update.accumulate``'s signature; it cuts
@@ -229,6 +237,8 @@ class TrlLoss:
             return self.own(model, optimizer, inputs, acc, fw, dist=dist, counts=counts)
         if inputs.batch.vision is not None:  # refused when the run is built too (overrides.into_slots); here
             raise ConfigError(NO_IMAGES)  # for a loss_is_scaled_for_ga changed once the run is built
+        if inputs.teacher_top_k is not None:  # likewise: compute_loss has no forward KL (train/update.py's term)
+            raise ConfigError(NO_TOP_K)
         settings, norms = begin_slice(model, optimizer, inputs, acc, dist=dist, counts=counts)
         K = dist.world_size if dist is not None and dist.active else 1  # DDP's mean = grpokit's sum / K
         N, rows_each = inputs.batch.input_ids.shape[0], f.args.per_device_train_batch_size
