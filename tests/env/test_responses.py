@@ -168,3 +168,18 @@ def test_reward_functions_get_reasoning_content_as_under_trl(backend, case, thin
         kw["processing_class"] = tok
     mod.GRPOTrainer(thinking_model, reward_funcs=record, args=args, train_dataset=data, **kw).train()
     assert seen[0] == [{"role": "assistant", "reasoning_content": "q", "content": "7"}]
+
+
+def test_a_call_nesting_past_max_tool_nesting_is_its_text_not_a_crash():
+    tok = chat_tokenizer()
+    parser = completion_parser(tok, SCHEMAS, "chat_template", max_depth=20)
+    # 3,000 nested "[" in a call's arguments: transformers' recursive JSON reader raised RecursionError before
+    # the depth check; 3,000 > max_depth=20, so the turn is its decoded text, as TRL falls back on a bad call
+    text = '<tool_call>{"name": "add", "arguments": ' + "[" * 3000 + "]" * 3000 + "}</tool_call><|im_end|>"
+    ids = tok(text)["input_ids"]
+    assert parser(ids, []) == {"role": "assistant", "content": tok.decode(ids, skip_special_tokens=True)}
+    # 21 levels: one past the cap, refused alike; 2 levels ({"a": [2]}) under it is parsed as before
+    deep = '<tool_call>{"name": "add", "arguments": {"a": ' + "[" * 19 + "2" + "]" * 19 + "}}</tool_call><|im_end|>"
+    assert "tool_calls" not in parser(tok(deep)["input_ids"], [])
+    ok = '<tool_call>{"name": "add", "arguments": {"a": [2]}}</tool_call><|im_end|>'
+    assert parser(tok(ok)["input_ids"], [])["tool_calls"][0]["function"]["name"] == "add"
