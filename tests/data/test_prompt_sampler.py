@@ -38,13 +38,16 @@ def test_without_whole_batches_a_batch_runs_on_across_the_epoch():
     assert first == _order(3, 0, 5)[:4] and second == _order(3, 0, 5)[4:] + _order(3, 1, 5)[:3]
 
 
-def test_fewer_prompts_than_a_whole_batch_are_refused():
+def test_fewer_prompts_than_a_whole_batch_are_refused_when_a_batch_is_drawn():
+    # 3 prompts, whole batches of 4: an epoch serves 3 // 4 * 4 = 0 prompts. Building the sampler is allowed
+    # (before: refused there, so evaluate() before train() was too); the first batch is refused
+    s = PromptSampler(_prompts(3), seed=0, batch=4)
     with pytest.raises(ConfigError) as e:
-        PromptSampler(_prompts(3), seed=0, batch=4)
+        s.next_batch(4)
     assert str(e.value) == (
-        "the training data has 3 prompts, fewer than one batch of train.prompts_per_step=4, and data.drop_last=true "
-        "serves whole batches only, so no step would train; give at least 4 rows, lower train.prompts_per_step, or "
-        "set data.drop_last=false"
+        "the training data has 3 prompts, fewer than one batch of 4 (train.prompts_per_step; under grpokit.trl a "
+        "generation batch), and only whole batches are served (data.drop_last=true, as TRL's sampler), so no step "
+        "can train; give at least 4 rows or a smaller batch"
     )
 
 
@@ -59,7 +62,7 @@ def test_the_plain_order_warns_once_when_a_batch_must_repeat_a_prompt(caplog):
     assert caplog.text.count("fewer than train.prompts_per_step=4, so every step samples some prompt twice") == 1
     cfg.data.drop_last = True
     with pytest.raises(ConfigError, match="^the training data has 3 prompts, fewer than one batch"):
-        make_sampler(cfg, _prompts(3), group_size=2)
+        make_sampler(cfg, _prompts(3), group_size=2).next_batch(4)
     assert make_sampler(cfg, _prompts(5), group_size=2).epoch_size == 4
 
 
