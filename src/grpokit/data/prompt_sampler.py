@@ -53,6 +53,15 @@ class PromptSampler:
             self.position += 1
         return out
 
+    @property
+    def epoch(self) -> float:
+        """Epochs served: whole batches of them with ``batch`` (10 prompts, batches of 4: an epoch is 8)."""
+        return self.position / self.epoch_size
+
+    def rewind_epoch(self) -> None:
+        """Back to the start of the current epoch (transformers' ignore_data_skip: its batches are not skipped)."""
+        self.position -= self.position % self.epoch_size
+
     # What every sampler offers the loop (data/domain_sampler.py, data/curriculum.py keep more state):
     def state_dict(self) -> dict:
         return {"position": self.position}

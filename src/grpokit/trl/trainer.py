@@ -223,7 +223,7 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
             if (
                 self.args.ignore_data_skip
             ):  # transformers: the epochs trained count, the batches of this one are not skipped
-                trainer.sampler.position -= trainer.sampler.position % len(trainer.sampler.prompts)
+                trainer.sampler.rewind_epoch()  # an epoch of whole generation batches (10 rows, 4 a batch: 8)
 
         def count(sb):  # TRL's num_tokens and terminated lengths of each training sampling call
             if not self._evaluating:
