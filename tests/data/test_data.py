@@ -65,9 +65,13 @@ def test_chat_messages_without_a_template_are_refused_under_auto_and_joined_only
         to_prompts([{"prompt": conversation}], tok, DataConfig())
     assert str(e.value) == (
         "the prompts are chat messages but the tokenizer has no chat template (data.chat_template=auto); give a "
-        "model or tokenizer with a chat template, plain-text prompts, or set data.chat_template=never to join each "
-        "conversation's contents into one text, one message a line, roles dropped"
+        "model or tokenizer with a chat template (processing_class), plain-text prompts, or set "
+        "data.chat_template=never to join each conversation's contents into one text, one message a line, roles "
+        "dropped"
     )
+    # TRL's conversational mode: the same condition, the same sentence (before: a shorter one of its own)
+    with pytest.raises(ConfigError, match=r"no chat template \(data.chat_template=conversational\); give a model"):
+        to_prompts([{"prompt": conversation}], tok, DataConfig(chat_template="conversational"))
     assert to_prompts([{"prompt": "say ab"}], tok, DataConfig())[0].text == "say ab"  # plain text: as written
     # asked for: "be terse" + "\n" + "say ab"
     assert render_prompt(conversation, tok, DataConfig(chat_template="never")) == "be terse\nsay ab"

@@ -260,3 +260,23 @@ def test_a_dataset_smaller_than_a_generation_batch(backend, chat_model, tmp_path
     with pytest.raises(ConfigError, match=r"^train_dataset has 3 rows, fewer than the 4 prompts of one generation"):
         trainer.train()
     assert _sols.seen == []
+
+
+def test_evaluate_before_train_needs_no_whole_training_batch(chat_model, tmp_path):
+    """3 training rows, 4 prompts a generation batch: TRL evaluates (its RepeatSampler is only read by train());
+    before, grpokit.trl refused at the first use of the trainer (evaluate(), .state, .model)."""
+    from datasets import Dataset
+
+    import grpokit.trl as mod
+    from helpers.trl_models import small_args
+
+    rows = Dataset.from_list([{"prompt": f"say {w}", "sol": w} for w in ("ab", "cd", "ef")])
+    args = small_args(
+        mod.GRPOConfig, tmp_path, max_steps=2, per_device_train_batch_size=8, num_generations=2, report_to="none",
+        per_device_eval_batch_size=2, num_generations_eval=2,
+    )  # fmt: skip
+    trainer = mod.GRPOTrainer(chat_model, reward_funcs=_sols, args=args, train_dataset=rows, eval_dataset=rows)
+    metrics = trainer.evaluate()  # before: ConfigError "train_dataset has 3 rows, fewer than ..."
+    assert "eval_reward" in metrics and trainer.state.global_step == 0
+    with pytest.raises(ConfigError, match=r"^train_dataset has 3 rows, fewer than the 4 prompts of one generation"):
+        trainer.train()

@@ -24,7 +24,7 @@ from .advantages import group_advantages, process_advantages
 from .contexts import part_weights
 from .credit import gagpo_advantages, gigpo_advantages, steps_to_tokens
 from .entropy_shaping import GTPO_NORMALIZATIONS, grpo_s_advantages, gtpo_advantages, gtpo_token_rewards
-from .masks import entropy_token_mask, truncated_sequences_mask
+from .masks import entropy_token_mask, overlong_filter
 from .registry import StageSpec, register_advantage, register_token_mask
 
 
@@ -300,11 +300,7 @@ def grpo_s_estimator(ctx) -> tuple[torch.Tensor, dict[str, float]]:
 def overlong_mask(ctx) -> torch.Tensor:
     """DAPO overlong filtering (``algo.mask_truncated``): truncated completions leave the loss, by their finish
     reasons or, with ``algo.truncated_by=last_token``, by their last token (TRL's rule)."""
-    if ctx.algo.truncated_by == "last_token" and ctx.ended is None:
-        raise ValueError("algo.truncated_by=last_token needs the run's end ids (StepSettings.end_ids)")
-    return truncated_sequences_mask(
-        ctx.mask_NT, ctx.finish_reasons, ctx.ended if ctx.algo.truncated_by == "last_token" else None
-    )
+    return overlong_filter(ctx.mask_NT, ctx.finish_reasons, ctx.algo.truncated_by, ctx.ended)
 
 
 def entropy_top_config_errors(c) -> list[str]:

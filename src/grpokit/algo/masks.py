@@ -33,6 +33,17 @@ def truncated_sequences_mask(
     return mask_NT * keep_N[:, None]  # DAPO: overlong filtering
 
 
+def overlong_filter(
+    mask_NT: torch.Tensor, finish_reasons: list[str], truncated_by: str, ended: list[bool] | None
+) -> torch.Tensor:
+    """DAPO's overlong filtering as ``truncated_by`` (algo.truncated_by) reads truncation, ``(N, T)``: "finish"
+    by the finish reasons, "last_token" by ``ended`` (``ended_rows``, TRL's rule; ValueError without it). The one
+    place the choice is made, for training's token mask and grpokit.trl's evaluation alike."""
+    if truncated_by == "last_token" and ended is None:
+        raise ValueError("algo.truncated_by=last_token needs the run's end ids (StepSettings.end_ids)")
+    return truncated_sequences_mask(mask_NT, finish_reasons, ended if truncated_by == "last_token" else None)
+
+
 def offpolicy_sequences(
     logp_NT: torch.Tensor, old_logp_NT: torch.Tensor, adv_NT: torch.Tensor, mask_NT: torch.Tensor, delta: float
 ) -> torch.Tensor:

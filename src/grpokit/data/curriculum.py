@@ -124,6 +124,11 @@ class FrontierSampler:
             "curriculum/mean_pass_rate": sum(rates) / len(rates) if rates else float("nan"),
         }
 
+    @property
+    def epoch(self) -> float:
+        """Epochs served: prompts served over the pool."""
+        return self.position / len(self.prompts)
+
     def state_dict(self) -> dict:
         return {
             "position": self.position,

@@ -75,6 +75,11 @@ class DomainSampler:
             out.update({f"domain/{d}/{k}": v for k, v in pool.metrics().items()})
         return out
 
+    @property
+    def epoch(self) -> float:
+        """Epochs served: prompts served over the pool."""
+        return self.position / len(self.prompts)
+
     def state_dict(self) -> dict:
         return {
             "position": self.position,

@@ -25,13 +25,8 @@ class PromptSampler:
     def __init__(self, prompts: list[Prompt], seed: int, shuffle: bool = True, position: int = 0, batch: int = 0):
         if not prompts:
             raise ConfigError("the training data has no prompts")
-        if batch > len(prompts):
-            raise ConfigError(
-                f"the training data has {len(prompts)} prompts, fewer than one batch of train.prompts_per_step="
-                f"{batch}, and data.drop_last=true serves whole batches only, so no step would train; give at least "
-                f"{batch} rows, lower train.prompts_per_step, or set data.drop_last=false"
-            )
         self.prompts, self.seed, self.shuffle, self.position = prompts, seed, shuffle, position
+        self.batch = batch
         self.epoch_size = len(prompts) // batch * batch if batch else len(prompts)  # prompts served an epoch
         self._cached: tuple[int, list[int]] = (-1, [])
 
@@ -44,12 +39,28 @@ class PromptSampler:
         return self._cached[1]
 
     def next_batch(self, n: int) -> list[Prompt]:
+        if not self.epoch_size:  # refused when a batch is drawn: building a run (evaluate() first) needs none
+            raise ConfigError(
+                f"the training data has {len(self.prompts)} prompts, fewer than one batch of {self.batch} "
+                "(train.prompts_per_step; under grpokit.trl a generation batch), and only whole batches are served "
+                "(data.drop_last=true, as TRL's sampler), so no step can train; give at least "
+                f"{self.batch} rows or a smaller batch"
+            )
         out = []
         for _ in range(n):
             epoch, k = divmod(self.position, self.epoch_size)
             out.append(self.prompts[self._order(epoch)[k]])
             self.position += 1
         return out
+
+    @property
+    def epoch(self) -> float:
+        """Epochs served: whole batches of them with ``batch`` (10 prompts, batches of 4: an epoch is 8)."""
+        return self.position / self.epoch_size
+
+    def rewind_epoch(self) -> None:
+        """Back to the start of the current epoch (transformers' ignore_data_skip: its batches are not skipped)."""
+        self.position -= self.position % self.epoch_size
 
     # What every sampler offers the loop (data/domain_sampler.py, data/curriculum.py keep more state):
     def state_dict(self) -> dict:

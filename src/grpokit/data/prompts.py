@@ -218,16 +218,12 @@ def render_prompt(prompt: Any, tokenizer, cfg: DataConfig, tools: list | None = 
     use = _templated(tokenizer, cfg, prompt)
     if cfg.chat_template == "always" and not has_template:
         raise ConfigError("data.chat_template='always' but the tokenizer has no chat template; use auto or never")
-    if cfg.chat_template == "conversational" and use and not has_template:
-        raise ConfigError(
-            "the prompts are chat messages but the tokenizer has no chat template; give a tokenizer with one "
-            "(processing_class) or plain-text prompts"
-        )
-    if cfg.chat_template == "auto" and isinstance(prompt, list) and not has_template:  # roles would be dropped
-        raise ConfigError(
-            "the prompts are chat messages but the tokenizer has no chat template (data.chat_template=auto); give a "
-            "model or tokenizer with a chat template, plain-text prompts, or set data.chat_template=never to join "
-            "each conversation's contents into one text, one message a line, roles dropped"
+    if cfg.chat_template in ("auto", "conversational") and isinstance(prompt, list) and not has_template:
+        raise ConfigError(  # the roles would be dropped
+            f"the prompts are chat messages but the tokenizer has no chat template (data.chat_template="
+            f"{cfg.chat_template}); give a model or tokenizer with a chat template (processing_class), plain-text "
+            "prompts, or set data.chat_template=never to join each conversation's contents into one text, one "
+            "message a line, roles dropped"
         )
     if not isinstance(prompt, (str, list)):  # never str() of an arbitrary value (None would train as "None")
         raise ConfigError(f"a prompt is {PROMPT_FORMS}, not a {type(prompt).__name__} ({prompt!r:.60})")

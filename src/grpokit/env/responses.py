@@ -12,7 +12,9 @@ Under the TRL convention grpokit does the same through the same public API:
   ChatML turn: Qwen2.5's and Qwen3's templates, the ones TRL gives that syntax). A template in another format keeps
   the decoded text as the content, as before.
 
-What cannot be parsed (a malformed call, a cut turn whose parse fails) is the decoded text, as in TRL. grpokit's
+What cannot be parsed (a malformed call, a cut turn whose parse fails) is the decoded text, as in TRL; so is a turn
+whose brackets nest deeper than ``env.max_tool_nesting`` (checked before the parser's recursive JSON reader sees it,
+as env/parse.py checks grpokit's own calls), so one hostile completion cannot crash the step. grpokit's
 own convention is unchanged: a completion is its whole text, think block included.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .parse import CALL_CLOSE, CALL_OPEN
+from .parse import CALL_CLOSE, CALL_OPEN, MAX_DEPTH, ToolCall, nesting_depth
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CHATML_TURN, CHATML_END = "<|im_start|>", "<|im_end|>"
@@ -56,19 +58,25 @@ def chatml_tool_template(tokenizer) -> dict[str, Any] | None:
 
 class ResponseParser:
     """``(ids, prefix_ids) -> message``: one completion (or an episode's turn) after the tokens before it, parsed
-    by ``template`` with the ``tools``' schemas typing the call arguments, normalised as TRL normalises it."""
+    by ``template`` with the ``tools``' schemas typing the call arguments, normalised as TRL normalises it. A turn
+    nesting ``{``/``[`` deeper than ``max_depth`` (0 = no cap) is its text, unparsed."""
 
-    def __init__(self, tokenizer, template: dict[str, Any], tools: list[dict] | None = None):
-        self.tokenizer, self.template, self.tools = tokenizer, template, tools or None
+    def __init__(
+        self, tokenizer, template: dict[str, Any], tools: list[dict] | None = None, max_depth: int = MAX_DEPTH
+    ):
+        self.tokenizer, self.template, self.tools, self.max_depth = tokenizer, template, tools or None, max_depth
 
     def __call__(self, ids: list[int], prefix: list[int]) -> dict[str, Any]:
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        if self.max_depth and nesting_depth(text) > self.max_depth:
+            return {"role": "assistant", "content": text}  # too deep for the recursive JSON reader: its text
         try:
             message = self.tokenizer.parse_response(list(ids), self.template, prefix=list(prefix), tools=self.tools)
             if not isinstance(message, dict):  # nothing left of a heavily cut response
                 raise ValueError("no message")
             _check_calls(message.get("tool_calls"))
-        except (ValueError, TypeError):  # a malformed call: the turn is its text, as TRL falls back
-            return {"role": "assistant", "content": self.tokenizer.decode(ids, skip_special_tokens=True)}
+        except (ValueError, TypeError, RecursionError):  # a malformed call: the turn is its text, as TRL falls back
+            return {"role": "assistant", "content": text}
         eos = self.tokenizer.eos_token
         if isinstance(message.get("content"), str) and eos:
             message["content"] = message["content"].removesuffix(eos)
@@ -86,10 +94,24 @@ def _check_calls(calls: Any) -> None:
             fn["arguments"] = {}
 
 
-def completion_parser(tokenizer, schemas: list[dict] | None, tool_format: str) -> ResponseParser | None:
+def message_calls(message: dict[str, Any]) -> list[ToolCall]:
+    """The calls a parsed turn makes: its ``tool_calls`` and nothing else, as TRL executes only those (a call
+    inside a think block, or a turn whose parse fell back to its text, calls nothing)."""
+    calls = []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", call)
+        args = fn.get("arguments", {})
+        calls.append(ToolCall(fn["name"], args if isinstance(args, (dict, str)) else str(args)))
+    return calls
+
+
+def completion_parser(
+    tokenizer, schemas: list[dict] | None, tool_format: str, max_depth: int = MAX_DEPTH
+) -> ResponseParser | None:
     """The run's parser under the TRL convention: the tokenizer's ``response_template``, else grpokit's for tools
-    in the chat-template format; None when neither applies (completions stay their text)."""
+    in the chat-template format; None when neither applies (completions stay their text). ``max_depth`` is
+    ``env.max_tool_nesting``."""
     template = getattr(tokenizer, "response_template", None)
     if template is None and schemas and tool_format == "chat_template":
         template = chatml_tool_template(tokenizer)
-    return None if template is None else ResponseParser(tokenizer, template, schemas)
+    return None if template is None else ResponseParser(tokenizer, template, schemas, max_depth)

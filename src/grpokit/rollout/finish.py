@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from grpokit.algo.masks import ended_rows
+
 # what Rollout.finish_reasons may hold (types.py): the engines' reasons, then the episode loop's
 FINISH_REASONS = ("eos", "stop", "length", "turns", "done", "tool_error", "timeout")
 
@@ -23,4 +25,5 @@ def end_ids(eos_token_ids: Iterable[int], pad_token_id: int | None) -> frozenset
 
 def finish_by_last_token(completion_ids: Sequence[Sequence[int]], ends: frozenset[int]) -> list[str]:
     """One reason per completion: "eos" when its last token is in ``ends`` (see ``end_ids``), else "length"."""
-    return ["eos" if len(c) and int(c[-1]) in ends else "length" for c in completion_ids]
+    ended = ended_rows(list(completion_ids), ends) or [False] * len(completion_ids)  # no end ids: nothing ended
+    return ["eos" if e else "length" for e in ended]

@@ -47,7 +47,7 @@ def episode_runner(cfg: Config, tokenizer, tools: list[Callable] | None, environ
     )
     runner = EpisodeRunner(spec, tokenizer, tools=fns, environment_factory=factory, template_kwargs=template_kwargs)
     if cfg.reward.convention == "trl":  # completions and turns become the messages TRL parses them into
-        runner.parse_message = completion_parser(tokenizer, runner.schemas, fmt)
+        runner.parse_message = completion_parser(tokenizer, runner.schemas, fmt, e.max_tool_nesting)
     if fmt == "chat_template":  # a reset() observation joins the last user message, re-rendered with the row's tools
         runner.render_prompt = lambda raw, obs, schemas: render_prompt(
             with_observation(raw, obs), tokenizer, cfg.data, schemas

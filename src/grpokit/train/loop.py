@@ -164,7 +164,7 @@ class Trainer(TrainerSetup, TrainerSampling, TrainerForwards, TrainerOutputs, Tr
             except StepAbandoned:  # a stop's grace ran out before the update: the step is trained again at resume
                 break
             self.step = self.state.global_step = self.step + 1
-            self.state.epoch = self.sampler.position / len(self.prompts)
+            self.state.epoch = self.sampler.epoch  # whole batches of it with data.drop_last
             control = self._step_end(metrics)
             stopped = control.should_training_stop and not self._finished()  # a callback's stop: saved, evaluated
             last = control.should_training_stop or self._finished()

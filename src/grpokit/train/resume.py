@@ -209,6 +209,23 @@ def check_same_model(run_dir: Path, cfg: Config) -> None:
         )
 
 
+def check_same_batches(run_dir: Path, cfg: Config) -> None:
+    """Refuse a resume that changes train.prompts_per_step or data.drop_last while whole batches are served: an
+    epoch is then the whole batches of the order, so the checkpoint's data position means another place (and
+    another epoch) under another batch."""
+    if not (Path(run_dir) / CONFIG_FILE).is_file():
+        return
+    run = load_run_config(run_dir)
+    was, now = (run.train.prompts_per_step, run.data.drop_last), (cfg.train.prompts_per_step, cfg.data.drop_last)
+    if was != now and (run.data.drop_last or cfg.data.drop_last):
+        raise ConfigError(
+            f"train.prompts_per_step and data.drop_last were {was[0]} and {str(was[1]).lower()} when the run in "
+            f"{str(run_dir)!r} was trained and are {now[0]} and {str(now[1]).lower()} now; with whole batches an "
+            "epoch is the whole batches of the order, so the checkpoint's data position would land elsewhere; "
+            f"resume with train.prompts_per_step={was[0]} and data.drop_last={str(was[1]).lower()}, or start a new run"
+        )
+
+
 def _same_folder(a: str, b: str) -> bool:
     """Two model paths that lead to one existing folder."""
     pa, pb = Path(a).expanduser(), Path(b).expanduser()

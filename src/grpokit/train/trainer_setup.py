@@ -70,6 +70,7 @@ class TrainerSetup:
             self.resume_dir, cfg.train.out = None, str(self.run_dir)
         if self.resume_dir:  # before any model is loaded: another model would not continue this run
             run_folder.check_same_model(self.run_dir, cfg)
+            run_folder.check_same_batches(self.run_dir, cfg)
 
     def _join_processes(self) -> None:
         """Threads and seeds, torchrun's process group (no-op for 1 process), this rank's device."""

@@ -17,7 +17,7 @@ import torch
 
 from grpokit.algo.advantages import group_advantages
 from grpokit.algo.loss import policy_loss
-from grpokit.algo.masks import ended_rows, truncated_sequences_mask
+from grpokit.algo.masks import ended_rows, overlong_filter
 from grpokit.rollout.finish import end_ids
 from grpokit.train.token_batch import make_token_batch
 from grpokit.types import Prompt
@@ -36,11 +36,14 @@ CLIP_KEYS = (
 )
 
 
-def _ended(trainer: Any, ro) -> list[bool] | None:
-    """Whether each completion ended on an end id, for algo.truncated_by=last_token (TRL's rule); else None."""
-    if trainer.cfg.algo.truncated_by != "last_token":
-        return None
-    return ended_rows(ro.completion_ids, end_ids(trainer.eos, trainer.tokenizer.pad_token_id))
+def _eval_mask(trainer: Any, batch, ro):
+    """TRL's eval loss and entropy leave masked truncated completions out, as training: algo.mask_truncated
+    through training's own overlong_filter (the finish-or-last-token choice made in one place)."""
+    a = trainer.cfg.algo
+    if not a.mask_truncated:
+        return batch.completion_mask
+    ended = ended_rows(ro.completion_ids, end_ids(trainer.eos, trainer.tokenizer.pad_token_id))
+    return overlong_filter(batch.completion_mask, ro.finish_reasons, a.truncated_by, ended)
 
 
 def eval_batch_metrics(
@@ -64,8 +67,7 @@ def eval_batch_metrics(
         adv, _ = group_advantages(rewards.view(P, G), baseline=a.baseline, scale=a.scale, std=a.std, eps=a.adv_eps)
     else:  # num_generations_eval=1: each completion is its own group mean, so its advantage is 0 (as TRL)
         adv = torch.zeros(P, 1)
-    mask = batch.completion_mask  # TRL's eval loss and entropy leave masked truncated completions out, as training
-    mask = truncated_sequences_mask(mask, ro.finish_reasons, _ended(trainer, ro)) if a.mask_truncated else mask
+    mask = _eval_mask(trainer, batch, ro)
     kl = _kl_options(trainer, batch)
     ctrl = trainer.stage_state("entropy_control")  # TRL's eval loss carries the bonus the next train step applies
     coef = ctrl.applied() if ctrl is not None else a.entropy_coef

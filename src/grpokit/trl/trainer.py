@@ -223,7 +223,7 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
             if (
                 self.args.ignore_data_skip
             ):  # transformers: the epochs trained count, the batches of this one are not skipped
-                trainer.sampler.position -= trainer.sampler.position % len(trainer.sampler.prompts)
+                trainer.sampler.rewind_epoch()  # an epoch of whole generation batches (10 rows, 4 a batch: 8)
 
         def count(sb):  # TRL's num_tokens and terminated lengths of each training sampling call
             if not self._evaluating:
@@ -258,8 +258,6 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         bridge.save_last = self.cfg.train.save_last
         rows, streamed = len(self._kwargs["train_rows"]), is_stream(self._given.train_dataset)
         world = distributed.position()[1]
-        if not streamed:
-            check_whole_batch(self.args, rows, world)
         micro, accumulation = (
             micro_steps_per_epoch(self.args, rows, world, streamed),
             self.args.gradient_accumulation_steps,
@@ -365,6 +363,8 @@ class GRPOTrainer(ArgsReading, TrlMethods, TrainerFiles):
         SIGINT, SIGTERM, SIGUSR1 or SIGHUP stop the run with a checkpoint of its last finished step
         (docs/FAULTS.md); then ``summary["interrupted"]`` is True and nothing is pushed to the Hub."""
         self._reread_args()
+        if not is_stream(self._given.train_dataset):  # here, not at build: evaluate() and .model need no batch
+            check_whole_batch(self.args, len(self._kwargs["train_rows"]), distributed.position()[1])
         assignable.class_patches(self)  # a method patched on the class since construction: honoured or refused
         resume_from_checkpoint = resume_from_checkpoint or self.args.resume_from_checkpoint
         if resume_from_checkpoint:
