@@ -183,30 +183,3 @@ def test_a_call_nesting_past_max_tool_nesting_is_its_text_not_a_crash():
     assert "tool_calls" not in parser(tok(deep)["input_ids"], [])
     ok = '<tool_call>{"name": "add", "arguments": {"a": [2]}}</tool_call><|im_end|>'
     assert parser(tok(ok)["input_ids"], [])["tool_calls"][0]["function"]["name"] == "add"
-
-
-@pytest.mark.parametrize(
-    "said",
-    [
-        "<think>" + CALL + "</think>5",  # a call inside the think block: reasoning_content, no tool_calls
-        CALL + '<tool_call>{"name": "add", "argu</tool_call>',  # one good call, one malformed: the whole turn is text
-    ],
-)
-def test_under_trl_only_the_parsed_tool_calls_run(said):
-    # before: grpokit's regex found the <tool_call> in both turns and ran add (a second turn followed);
-    # TRL runs only the message's tool_calls, none here, so the episode is this one turn
-    tok = chat_tokenizer()
-    runner = EpisodeRunner(EpisodeSpec(max_turns=3, tool_format="chat_template"), tok, tools=[add])
-    runner.parse_message = completion_parser(tok, runner.schemas, "chat_template")
-    question = [{"role": "user", "content": "2+3?"}]
-    text = tok.apply_chat_template(question, tools=runner.schemas, add_generation_prompt=True, tokenize=False)
-
-    def model(contexts, G, params):
-        outs = [
-            tok(said, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for _ in contexts for _ in range(G)
-        ]
-        return Rollout([list(c) for c in contexts], outs, [[-0.5] * len(o) for o in outs], ["eos"] * len(outs), G)
-
-    p = Prompt(text, list(tok(text, add_special_tokens=False)["input_ids"]), {}, question)
-    messages = runner.run(model, [p], 1, SamplingParams()).episodes[0].messages
-    assert len(messages) == 1 and "tool_calls" not in messages[0]

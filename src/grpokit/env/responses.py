@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .parse import CALL_CLOSE, CALL_OPEN, MAX_DEPTH, ToolCall, nesting_depth
+from .parse import CALL_CLOSE, CALL_OPEN, MAX_DEPTH, nesting_depth
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CHATML_TURN, CHATML_END = "<|im_start|>", "<|im_end|>"
@@ -92,17 +92,6 @@ def _check_calls(calls: Any) -> None:
             raise ValueError("a tool call without a name")
         if fn.get("arguments") is None:
             fn["arguments"] = {}
-
-
-def message_calls(message: dict[str, Any]) -> list[ToolCall]:
-    """The calls a parsed turn makes: its ``tool_calls`` and nothing else, as TRL executes only those (a call
-    inside a think block, or a turn whose parse fell back to its text, calls nothing)."""
-    calls = []
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function", call)
-        args = fn.get("arguments", {})
-        calls.append(ToolCall(fn["name"], args if isinstance(args, (dict, str)) else str(args)))
-    return calls
 
 
 def completion_parser(

@@ -67,7 +67,6 @@ from grpokit.env.parse import (
     tag_result_text,
     template_suffix_ids,
 )
-from grpokit.env.responses import message_calls
 from grpokit.env.tools import (
     ToolResult,
     call_tool,
@@ -292,15 +291,11 @@ class EpisodeRunner:
         row.logps += logps
         row.mask += [1] * len(ids)
         row.turn_ids += [turn] * len(ids)
-        calls_on = bool(self.tool_names) and not cut
-        if self.parse_message:  # TRL's convention: the calls run are the parsed message's, as TRL runs them
-            message = self.parse_message(ids, before)
-            calls = message_calls(message) if calls_on else []
-        else:
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            calls = parse_tool_calls(text, self.tool_names, self.spec.max_tool_nesting) if calls_on else []
-            message = assistant_message(text, calls)
-        row.messages.append(message)
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        calls = (
+            parse_tool_calls(text, self.tool_names, self.spec.max_tool_nesting) if self.tool_names and not cut else []
+        )
+        row.messages.append(self.parse_message(ids, before) if self.parse_message else assistant_message(text, calls))
         if not calls:
             row.finish = reason  # an answer: "eos", "stop" or "length"
         return calls
